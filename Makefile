@@ -1,0 +1,52 @@
+# waste — one entry point for people and CI. `make serve` and `make test` set up everything
+# they need (a virtualenv in .venv, the package, libwaste) on a fresh machine.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PORT ?= 8000
+HOST ?= 127.0.0.1
+MODEL ?= models/default.waste
+
+.PHONY: setup native serve serve-fake test test-unit test-contract test-engine clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml setup.py $(wildcard native/src/*.c native/src/*.h native/include/*.h)
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test,oracle]'
+	touch $@
+
+native:
+	$(MAKE) -C native
+
+# The main job: build the embedded default model (a deterministic synthetic container) and
+# serve it on the real engine.
+$(MODEL): | setup
+	$(PY) -m waste.tools.make_container $(MODEL)
+
+serve: setup $(MODEL)
+	$(PY) -m waste $(MODEL) --host $(HOST) --port $(PORT)
+
+# The scripted fake engine: for client developers and black-box tests.
+serve-fake: setup
+	$(PY) -m waste --fake-engine --host $(HOST) --port $(PORT)
+
+# Every test. pytest's exit code 5 (no tests collected) is a failure here, said out loud.
+test: setup
+	$(PY) -m pytest -q; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "FAIL: pytest collected no tests"; exit 1; fi; exit $$rc
+
+test-unit: setup
+	$(PY) -m pytest -q tests/unit
+
+test-contract: setup
+	$(PY) -m pytest -q tests/contract
+
+test-engine: setup
+	$(PY) -m pytest -q tests/engine
+
+clean:
+	$(MAKE) -C native clean
+	rm -rf build *.egg-info src/*.egg-info

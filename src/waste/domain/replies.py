@@ -1,0 +1,55 @@
+"""What a reply reader produces: deltas while the model talks, and the final message.
+
+Both readers — the XTML region parser (``regions``) and the chat.json reader (``chatfmt``) —
+implement ``ReplyReader``, so the server streams either the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import attrs
+
+
+@attrs.frozen
+class ToolCall:
+    """A complete tool call. ``arguments`` is the JSON string sent to the client."""
+
+    id: str
+    name: str
+    arguments: str
+
+    def to_openai(self) -> dict:
+        return {"id": self.id, "type": "function",
+                "function": {"name": self.name, "arguments": self.arguments}}
+
+
+@attrs.frozen
+class Delta:
+    """One piece of the reply. ``kind`` is ``reasoning``, ``content`` or ``tool_call``.
+
+    Text deltas carry ``text`` (never empty, never a partial marker or partial UTF-8
+    character); a ``tool_call`` delta carries the whole ``call`` and its 0-based ``index``.
+    """
+
+    kind: str
+    text: str = ""
+    call: ToolCall | None = None
+    index: int = 0
+
+
+class ReplyReader(Protocol):
+    """An incremental reader of a model's reply. Never raises on malformed output."""
+
+    def feed_token(self, token_id: int, piece: bytes | str) -> list[Delta]:
+        """Feed one generated token; structure is decided only by marker ids."""
+        ...
+
+    def finish(self) -> list[Delta]:
+        """End of output (end marker, cap, stop string, disconnect): flush what is sound."""
+        ...
+
+    @property
+    def done(self) -> bool:
+        """True once the reply has ended structurally (the server may stop generating)."""
+        ...
