@@ -1,0 +1,171 @@
+"""Turning generated tokens into a reply: reader, stop strings, logprobs and finish reason.
+
+``ReplyAssembler`` runs inside the engine's token callback, so a stop string or the end of
+the message stops generation at the very token that decided it. It is pure: events in,
+output pieces and a stop decision out.
+"""
+
+from __future__ import annotations
+
+import codecs
+from typing import Protocol
+
+import attrs
+
+from waste.domain.engine import TokenEvent
+from waste.domain.replies import Delta, ToolCall
+from waste.domain.stopstrings import ContentPiece, StopStringFilter
+
+
+@attrs.frozen
+class Output:
+    """One piece for the client: ``reasoning`` / ``content`` text, or a ``tool_call``.
+
+    Content carries its logprob attribution: one ``ContentPiece`` per token that added text.
+    """
+
+    kind: str
+    text: str = ""
+    pieces: tuple[ContentPiece, ...] = ()
+    call: ToolCall | None = None
+    index: int = 0
+
+
+class Reader(Protocol):
+    """What the assembler needs of a reply reader (``RegionParser``, the chat.json reader, or
+    ``TextReader``)."""
+
+    def feed_token(self, token_id: int, piece: bytes | str) -> list[Delta]: ...
+    def finish(self) -> list[Delta]: ...
+    @property
+    def done(self) -> bool: ...
+
+
+@attrs.define
+class TextReader:
+    """The raw-continuation reader for /v1/completions: every piece is content.
+
+    Stop ids never reach the text; other special tokens are written as their text.
+    """
+
+    stop_ids: frozenset[int] = frozenset()
+    _decoder: codecs.IncrementalDecoder = attrs.field(
+        factory=lambda: codecs.getincrementaldecoder("utf-8")(errors="replace"))
+    done: bool = False
+    reasoning: str = ""
+    tool_calls: tuple = ()
+    reasoning_tokens: int = 0
+
+    def feed_token(self, token_id: int, piece: bytes | str) -> list[Delta]:
+        if self.done:
+            return []
+        if token_id in self.stop_ids:
+            self.done = True
+            return self.finish()
+        text = piece if isinstance(piece, str) else self._decoder.decode(piece)
+        return [Delta("content", text)] if text else []
+
+    def finish(self) -> list[Delta]:
+        text = self._decoder.decode(b"", final=True)
+        return [Delta("content", text)] if text else []
+
+
+@attrs.define
+class ReplyAssembler:
+    """Feeds token events to a reader and a stop-string filter; decides when to stop."""
+
+    reader: Reader
+    stop_filter: StopStringFilter
+    completion_tokens: int = 0
+    content: list[str] = attrs.field(factory=list)
+    content_pieces: list[ContentPiece] = attrs.field(factory=list)
+    calls: list[ToolCall] = attrs.field(factory=list)
+    reasoning: list[str] = attrs.field(factory=list)
+    finished: bool = False
+
+    @classmethod
+    def create(cls, reader: Reader, stops: tuple[str, ...] = ()) -> "ReplyAssembler":
+        return cls(reader=reader, stop_filter=StopStringFilter(tuple(stops)))
+
+    @property
+    def should_stop(self) -> bool:
+        """True once the reply is over: a stop string matched or the message ended."""
+        return self.stop_filter.matched is not None or self.reader.done
+
+    def on_token(self, event: TokenEvent) -> list[Output]:
+        """Account one sampled token and return what it released."""
+        self.completion_tokens += 1
+        if self.should_stop:
+            return []
+        return self._route(self.reader.feed_token(event.token, event.piece), event.logprob)
+
+    def finish(self) -> list[Output]:
+        """End of generation: flush the reader, then whatever the stop filter holds."""
+        if self.finished:
+            return []
+        self.finished = True
+        out = self._route(self.reader.finish(), None) if self.stop_filter.matched is None else []
+        released = self.stop_filter.flush()
+        if released:
+            out.append(self._content_output(released))
+        return out
+
+    def finish_reason(self, engine_stop_reason: str) -> str:
+        """http.md §3.2: tool_calls, else stop, else length."""
+        if self.calls:
+            return "tool_calls"
+        if self.stop_filter.matched is not None or self.reader.done or engine_stop_reason == "token":
+            return "stop"
+        if engine_stop_reason in ("max_tokens", "ctx_full"):
+            return "length"
+        return "stop"
+
+    def message(self) -> dict:
+        """The final OpenAI assistant message (http.md §3.1)."""
+        content = "".join(self.content)
+        message: dict = {"role": "assistant", "content": content}
+        reasoning = "".join(self.reasoning)
+        if reasoning:
+            message["reasoning_content"] = reasoning
+        if self.calls:
+            message["tool_calls"] = [c.to_openai() for c in self.calls]
+            if not content:
+                message["content"] = None
+        return message
+
+    @property
+    def text(self) -> str:
+        return "".join(self.content)
+
+    @property
+    def reasoning_tokens(self) -> int:
+        return int(getattr(self.reader, "reasoning_tokens", 0))
+
+    def _route(self, deltas: list[Delta], logprob: float | None) -> list[Output]:
+        out: list[Output] = []
+        content = "".join(d.text for d in deltas if d.kind == "content")
+        for delta in deltas:
+            if delta.kind == "reasoning":
+                self.reasoning.append(delta.text)
+                out.append(Output("reasoning", delta.text))
+            elif delta.kind == "tool_call" and delta.call is not None:
+                self.calls.append(delta.call)
+                out.append(Output("tool_call", call=delta.call, index=len(self.calls) - 1))
+            elif delta.kind == "content" and content:
+                # All of a token's content becomes one piece, so one logprob entry per token.
+                released = self.stop_filter.push(ContentPiece(content, logprob))
+                content = ""
+                if released:
+                    out.append(self._content_output(released))
+        return out
+
+    def _content_output(self, pieces: list[ContentPiece]) -> Output:
+        for piece in pieces:
+            if piece.logprob is None and self.content_pieces:
+                last = self.content_pieces[-1]
+                self.content_pieces[-1] = ContentPiece(last.text + piece.text, last.logprob)
+            else:
+                self.content_pieces.append(piece)
+        text = "".join(p.text for p in pieces)
+        self.content.append(text)
+        return Output("content", text, pieces=tuple(pieces))
