@@ -1,0 +1,1 @@
+"""Adapters: one per technology (the fake engine, libwaste through cffi, HTTP, images)."""
