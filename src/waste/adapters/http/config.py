@@ -1,0 +1,18 @@
+"""What the HTTP adapter needs to know about the server's configuration."""
+
+from __future__ import annotations
+
+import attrs
+
+
+@attrs.frozen(kw_only=True)
+class HttpConfig:
+    model_id: str
+    api_key: str | None = None
+    max_tokens: int = 4096
+    thinking_default: bool = True
+    allow_local_images: bool = False
+    vision: bool = False
+    cors_origins: tuple[str, ...] = ()
+    fake_engine: bool = False
+    max_body_bytes: int = 64 * 1024 * 1024

@@ -1,0 +1,194 @@
+"""The two completion routes: validate, plan, queue, and answer blocking or as SSE.
+
+Engine work for a stream is submitted from inside the body generator (stack-notes pitfall
+4), so a client that leaves before the stream starts never queues anything; leaving later
+cancels the job, which the worker sees at the next token.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+
+import trio
+from quart import Response, request
+
+from waste.adapters.engine_host import (DecodedImage, Failed, Finished, Job, Released,
+                                        Started)
+from waste.adapters.http.errors import envelope, to_api_error
+from waste.adapters.http.state import ServerState
+from waste.adapters.http.wire import (SSE_KEEPALIVE, ChatChunks, CompletionChunks,
+                                      chat_response, completion_response, dumps, new_id, sse,
+                                      usage, waste_object)
+from waste.adapters.images import decode_images
+from waste.domain.completion import ReplyAssembler, TextReader
+from waste.domain.engine import SamplingParams
+from waste.domain.errors import ContextLengthExceeded
+from waste.domain.prompting import check_chat_capabilities, plan_chat, require_chat_format
+from waste.domain.requests import parse_chat_request, parse_completion_request, parse_json_body
+
+KEEPALIVE_S = 10.0
+
+
+async def read_json_body() -> dict:
+    raw = await request.get_data(cache=False)
+    return parse_json_body(raw)
+
+
+def _sampling(req, prompt_len: int, ctx: int, default_max: int, stop_ids, param: str):
+    if prompt_len >= ctx:
+        raise ContextLengthExceeded(prompt_len, ctx, param)
+    seed = req.seed if req.seed is not None else secrets.randbelow(2 ** 53)
+    cap = min(req.max_tokens or default_max, ctx - prompt_len)
+    return SamplingParams(temperature=req.temperature, top_p=req.top_p, top_k=req.top_k,
+                          seed=seed, max_tokens=cap, stop_ids=tuple(stop_ids))
+
+
+async def chat_completions(state: ServerState) -> Response:
+    body = await read_json_body()
+    info = state.require_loaded()
+    require_chat_format(state.selection)
+    req = parse_chat_request(body)
+    check_chat_capabilities(req, state.selection)
+    images = decode_images(req.image_parts, vision=state.config.vision and info.vision,
+                           allow_local=state.config.allow_local_images)
+    plan = plan_chat(req, state.selection, default_thinking=state.config.thinking_default,
+                     image_sizes=[(i.width, i.height) for i in images])
+    prompt = await state.tokenize_segments(plan.segments)
+    params = _sampling(req, len(prompt), info.ctx_tokens, state.config.max_tokens,
+                       plan.stop_ids, "messages")
+    job = Job(prompt=prompt, params=params, images=tuple(images), ctx_param="messages",
+              assembler=ReplyAssembler.create(plan.new_reader(), req.stop))
+    state.host.check_admission()
+    ident = new_id("chatcmpl-")
+    created = int(time.time())
+    if req.stream:
+        chunks = ChatChunks(id=ident, created=created, model=state.config.model_id,
+                            include_usage=req.include_usage, logprobs=req.logprobs)
+        return _stream(state, job, chunks, ident, first=chunks.role())
+    return await _blocking(state, job, ident, created, req.logprobs, chat_response)
+
+
+async def completions(state: ServerState) -> Response:
+    body = await read_json_body()
+    info = state.require_loaded()
+    req = parse_completion_request(body)
+    tokenizer = state.host.tokenizer
+    prompt = await state.call_tokenizer(tokenizer.tokenize, req.prompt)
+    if not prompt:
+        from waste.domain.errors import InvalidRequest
+        raise InvalidRequest("prompt must not be empty", "prompt", "invalid_value")
+    stop_ids = {info.eos_id} if info.eos_id is not None else set()
+    if state.selection is not None and state.selection.kind == "xtml":
+        stop_ids.add(state.selection.xtml_marker_ids[3])
+    elif state.selection is not None and state.selection.kind == "chat.json":
+        stop_ids.update(state.selection.chat_format.stop_ids)
+    params = _sampling(req, len(prompt), info.ctx_tokens, state.config.max_tokens,
+                       sorted(stop_ids), "prompt")
+    reader = TextReader(stop_ids=frozenset(stop_ids))
+    job = Job(prompt=prompt, params=params, ctx_param="prompt",
+              assembler=ReplyAssembler.create(reader, req.stop))
+    state.host.check_admission()
+    ident = new_id("cmpl-")
+    created = int(time.time())
+    if req.stream:
+        chunks = CompletionChunks(id=ident, created=created, model=state.config.model_id,
+                                  include_usage=req.include_usage, logprobs=req.logprobs)
+        return _stream(state, job, chunks, ident, first="")
+    return await _blocking(state, job, ident, created, req.logprobs, completion_response)
+
+
+def _account(state: ServerState, job: Job, done: Finished, queue_ms: float) -> tuple[dict, dict]:
+    """Usage and the ``waste`` object for a finished job; counts it in the metrics."""
+    result = done.result
+    state.completed_requests += 1
+    m = state.metrics
+    m.prompt_tokens += done.prompt_tokens
+    m.generated_tokens += result.tokens_generated
+    m.queue_s += queue_ms / 1000
+    m.prefill_s += result.prefill_ms / 1000
+    m.decode_s += result.decode_ms / 1000
+    reader = job.assembler.reader
+    reasoning = None if isinstance(reader, TextReader) else job.assembler.reasoning_tokens
+    usage_body = usage(done.prompt_tokens, result.tokens_generated, reasoning)
+    waste = waste_object(prompt_tokens=done.prompt_tokens, result=result, queue_ms=queue_ms,
+                         seed=job.params.seed, stats=state.host.engine.statistics(),
+                         requests=state.completed_requests)
+    return usage_body, waste
+
+
+async def _blocking(state: ServerState, job: Job, ident: str, created: int, logprobs: bool,
+                    build) -> Response:
+    queue_ms = 0.0
+    with state.host.open_job(job) as events:
+        async for event in events:
+            if isinstance(event, Started):
+                queue_ms = event.queue_ms
+            elif isinstance(event, Failed):
+                job.completed = True
+                raise event.error
+            elif isinstance(event, Finished):
+                job.completed = True
+                usage_body, waste = _account(state, job, event, queue_ms)
+                finish = job.assembler.finish_reason(event.result.stop_reason)
+                body = build(id=ident, created=created, model=state.config.model_id,
+                             assembler=job.assembler, finish_reason=finish,
+                             usage_body=usage_body, waste=waste, logprobs=logprobs)
+                return Response(dumps(body), 200, {"x-request-id": ident},
+                                content_type="application/json")
+    raise RuntimeError("the engine worker ended without an answer")
+
+
+def _stream(state: ServerState, job: Job, chunks, ident: str, first: str) -> Response:
+    async def body():
+        if first:
+            yield first
+        timing = {"queue_ms": 0.0}
+        try:
+            with state.host.open_job(job) as events:
+                while True:
+                    with trio.move_on_after(KEEPALIVE_S):
+                        event = await events.receive()
+                        text, done = _render_event(state, job, chunks, event, timing)
+                        while not done:  # batch whatever else is already queued
+                            try:
+                                more = events.receive_nowait()
+                            except trio.WouldBlock:
+                                break
+                            extra, done = _render_event(state, job, chunks, more, timing)
+                            text += extra
+                        if text:
+                            yield text
+                        if done:
+                            return
+                        continue
+                    yield SSE_KEEPALIVE
+        except Exception as exc:  # a late error is one SSE event, then the stream ends
+            yield sse(envelope(to_api_error(exc)))
+
+    response = Response(body(), 200, {
+        "Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+        "X-Accel-Buffering": "no", "x-request-id": ident})
+    response.timeout = None  # Quart's 60 s RESPONSE_TIMEOUT would cut long generations
+    return response
+
+
+def _render_event(state, job, chunks, event, timing: dict) -> tuple[str, bool]:
+    if isinstance(event, Started):
+        timing["queue_ms"] = event.queue_ms
+        return "", False
+    if isinstance(event, Released):
+        return chunks.outputs(event.outputs), False
+    if isinstance(event, Failed):
+        job.completed = True
+        return sse(envelope(to_api_error(event.error))), True
+    if isinstance(event, Finished):
+        job.completed = True
+        usage_body, waste = _account(state, job, event, timing["queue_ms"])
+        text = chunks.outputs(event.outputs)
+        finish = job.assembler.finish_reason(event.result.stop_reason)
+        return text + chunks.final(finish, waste, usage_body), True
+    return "", False
+
+
+__all__ = ["chat_completions", "completions", "DecodedImage"]

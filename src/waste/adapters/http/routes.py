@@ -1,0 +1,287 @@
+"""Routes and the request guards of http.md: order of checks, auth, length, CORS, errors.
+
+``register(app, state)`` wires everything onto a QuartTrio app. Routes never open their own
+nurseries; the engine worker lives in the app's nursery.
+"""
+
+from __future__ import annotations
+
+import hmac
+import time
+
+from quart import Response, request
+from werkzeug.exceptions import HTTPException, MethodNotAllowed
+
+from waste.adapters.http import generation
+from waste.adapters.http.errors import ApiError, envelope, to_api_error
+from waste.adapters.http.state import ServerState
+from waste.adapters.http.wire import dumps, new_id
+from waste.domain.errors import InvalidRequest
+
+COMPLETION_ROUTES = ("/v1/chat/completions", "/v1/completions")
+_CLOSE = (("Connection", "close"),)
+_CORS_HEADERS = "Authorization, Content-Type, X-Api-Key"
+
+
+def json_response(obj: object, status: int = 200, headers=None) -> Response:
+    return Response(dumps(obj), status, headers or {}, content_type="application/json")
+
+
+def error_response(err: ApiError) -> Response:
+    headers = dict(err.headers)
+    if err.status == 401:
+        headers["WWW-Authenticate"] = "Bearer"
+    if err.status in (401, 408, 411, 413):
+        headers["Connection"] = "close"
+    return json_response(envelope(err), err.status, headers)
+
+
+def register(app, state: ServerState) -> None:
+    config = state.config
+    cors = bool(config.cors_origins)
+    routes = [
+        ("/health", ["GET"], _health),
+        ("/v1/models", ["GET"], _models),
+        ("/v1/models/<path:model_id>", ["GET"], _model),
+        ("/v1/chat/completions", ["POST"], generation.chat_completions),
+        ("/v1/completions", ["POST"], generation.completions),
+        ("/metrics", ["GET"], _metrics),
+        ("/tokenize", ["POST"], _tokenize),
+        ("/detokenize", ["POST"], _detokenize),
+    ]
+    for rule, methods, view in routes:
+        app.add_url_rule(rule, view.__name__, _bind(view, state),
+                         methods=methods + (["OPTIONS"] if cors else []),
+                         provide_automatic_options=False)
+
+    @app.before_request
+    async def guards():
+        return _guards(state)
+
+    @app.after_request
+    async def finish(response: Response) -> Response:
+        return _after(state, response)
+
+    @app.errorhandler(ApiError)
+    async def api_error(err: ApiError):
+        return error_response(err)
+
+    @app.errorhandler(HTTPException)
+    async def http_error(err: HTTPException):
+        return error_response(_from_werkzeug(err))
+
+    @app.errorhandler(Exception)
+    async def any_error(err: Exception):
+        api = to_api_error(err)
+        if api.status == 500 and api.code == "internal_error":
+            app.logger.exception("unhandled error", exc_info=err)
+        return error_response(api)
+
+
+def _bind(view, state):
+    async def bound(**kwargs):
+        return await view(state, **kwargs)
+
+    bound.__name__ = view.__name__
+    return bound
+
+
+def _from_werkzeug(err: HTTPException) -> ApiError:
+    code = err.code or 500
+    if code == 404:
+        return ApiError(404, "unknown_route", f"No route {request.path}.", "not_found_error")
+    if code == 405:
+        allow = ", ".join(sorted(getattr(err, "valid_methods", None) or []))
+        return ApiError(405, "method_not_allowed", f"{request.method} is not allowed on "
+                        f"{request.path}.", headers=(("Allow", allow),) if allow else ())
+    if code == 413:
+        return ApiError(413, "request_too_large", "Request body is over 64 MiB.", headers=_CLOSE)
+    if code == 408:
+        return ApiError(408, "request_timeout", "The request body did not arrive within 60 s.",
+                        headers=_CLOSE)
+    if code == 400:
+        return ApiError(400, "invalid_json", "The request body must be a JSON object.")
+    return ApiError(code, "http_error", err.description or "HTTP error")
+
+
+def _guards(state: ServerState):
+    """http.md §2.1 steps 1–3, run before any view."""
+    if request.routing_exception is not None:
+        raise request.routing_exception
+    config = state.config
+    if request.method == "OPTIONS" and config.cors_origins:
+        return _preflight(state)
+    if request.path != "/health" and config.api_key:
+        _check_key(config.api_key)
+    if request.method == "POST":
+        length = request.headers.get("Content-Length")
+        if length is None or "chunked" in request.headers.get("Transfer-Encoding", "").lower():
+            raise ApiError(411, "length_required", "POST requests need a Content-Length header "
+                           "(chunked uploads are not accepted).", headers=_CLOSE)
+        if not length.isdigit() or int(length) > config.max_body_bytes:
+            raise ApiError(413, "request_too_large",
+                           f"Request body is over {config.max_body_bytes} bytes (64 MiB).",
+                           headers=_CLOSE)
+    return None
+
+
+def _check_key(key: str) -> None:
+    given = request.headers.get("x-api-key")
+    auth = request.headers.get("Authorization", "")
+    scheme, _, token = auth.partition(" ")
+    if scheme.lower() == "bearer":
+        given = token.strip()
+    if given is None or not hmac.compare_digest(given.encode("utf-8"), key.encode("utf-8")):
+        raise ApiError(401, "invalid_api_key", "Missing or wrong API key (send Authorization: "
+                       "Bearer <key>).", "authentication_error", headers=_CLOSE)
+
+
+def _preflight(state: ServerState) -> Response:
+    response = Response("", 204)
+    response.headers["Access-Control-Allow-Methods"] = "GET, POST, OPTIONS"
+    response.headers["Access-Control-Allow-Headers"] = _CORS_HEADERS
+    response.headers["Access-Control-Max-Age"] = "600"
+    return response
+
+
+def _after(state: ServerState, response: Response) -> Response:
+    rule = request.url_rule.rule if request.url_rule is not None else "other"
+    state.metrics.count_request(rule, response.status_code)
+    if request.path in COMPLETION_ROUTES and "x-request-id" not in response.headers:
+        response.headers["x-request-id"] = new_id("req-")
+    origin = request.headers.get("Origin")
+    allowed = state.config.cors_origins
+    if origin and allowed and ("*" in allowed or origin in allowed):
+        response.headers["Access-Control-Allow-Origin"] = origin
+        response.headers.add("Vary", "Origin")
+    return response
+
+
+# -- simple routes ------------------------------------------------------------------------------
+
+async def _health(state: ServerState) -> Response:
+    host = state.host
+    if host.load_error is not None:
+        return json_response({"status": "failed", "model": state.config.model_id,
+                              "engine": None, "error": str(host.load_error)}, 503)
+    if state.info is None:
+        return json_response({"status": "loading", "model": state.config.model_id,
+                              "engine": None}, 503, {"Retry-After": "5"})
+    return json_response({
+        "status": "ok", "model": state.config.model_id, "engine": state.info.build_info,
+        "uptime_s": round(time.monotonic() - state.started, 3),
+        "chat_format": state.selection.kind if state.selection else None,
+        "queue_depth": host.queue_depth, "generating": host.running is not None,
+        "fake_engine": state.config.fake_engine})
+
+
+def model_object(state: ServerState) -> dict:
+    info = state.info
+    sel = state.selection
+    fmt = sel.chat_format if sel is not None else None
+    if sel is not None and sel.kind == "xtml":
+        caps = {"reasoning": True, "tools": True, "images": bool(info.vision)}
+    elif fmt is not None:
+        caps = {"reasoning": fmt.reasoning, "tools": fmt.tools, "images": fmt.images}
+    else:
+        caps = {"reasoning": False, "tools": False, "images": False}
+    stats = state.host.engine.statistics()
+    return {
+        "id": state.config.model_id, "object": "model",
+        "created": int(state.host.opened_at or time.time()), "owned_by": "waste",
+        "waste": {
+            "arch": info.arch, "n_layers": info.n_layers, "n_experts": info.n_experts,
+            "top_k": info.top_k, "n_shared_experts": info.n_shared_experts,
+            "hidden": info.hidden, "vocab": info.vocab, "ctx_tokens": info.ctx_tokens,
+            "ctx_train": info.ctx_train, "params_total": info.params_total,
+            "params_active": info.params_active, "quant": info.quant, "vision": info.vision,
+            "direct_io": stats.direct_io, "budget_bytes": stats.budget_bytes or info.budget_bytes,
+            "chat_format": {"kind": sel.kind if sel else None, **caps,
+                            "error": sel.error if sel else None},
+            "defaults": {"max_tokens": state.config.max_tokens,
+                         "thinking": state.config.thinking_default},
+            "fake_engine": state.config.fake_engine,
+        },
+    }
+
+
+async def _models(state: ServerState) -> Response:
+    state.require_loaded()
+    return json_response({"object": "list", "data": [model_object(state)]})
+
+
+async def _model(state: ServerState, model_id: str) -> Response:
+    state.require_loaded()
+    if model_id != state.config.model_id:
+        raise ApiError(404, "model_not_found", f"The model {model_id!r} does not exist; this "
+                       f"server serves {state.config.model_id!r}.", "not_found_error", "model")
+    return json_response(model_object(state))
+
+
+async def _metrics(state: ServerState) -> Response:
+    host = state.host
+    stats = host.engine.statistics() if host.loaded else None
+    fmt = state.selection.kind if state.selection and state.selection.kind else "none"
+    info = {"model": state.config.model_id, "version": __import__("waste").__version__,
+            "chat_format": fmt}
+    text = state.metrics.render(cancelled=host.requests_cancelled, queue_depth=host.queue_depth,
+                                running=int(host.running is not None), stats=stats, info=info)
+    return Response(text, 200, content_type="text/plain; version=0.0.4")
+
+
+def _bool_field(body: dict, name: str) -> bool:
+    value = body.get(name)
+    if value is None:
+        return False
+    if type(value) is not bool:
+        raise InvalidRequest(f"{name} must be a boolean", name, "invalid_type")
+    return value
+
+
+async def _tokenize(state: ServerState) -> Response:
+    body = await generation.read_json_body()
+    info = state.require_loaded()
+    content = body.get("content")
+    if content is None:
+        raise InvalidRequest("content is required", "content", "missing_required_parameter")
+    if not isinstance(content, str):
+        raise InvalidRequest("content must be a string", "content", "invalid_type")
+    add_special = _bool_field(body, "add_special")
+    parse_special = _bool_field(body, "parse_special")
+    with_pieces = _bool_field(body, "with_pieces")
+    tok = state.host.tokenizer
+    ids = await state.call_tokenizer(tok.tokenize_markup if parse_special else tok.tokenize, content)
+    if add_special and info.bos_id is not None:
+        ids = [info.bos_id] + ids
+    if not with_pieces:
+        return json_response({"tokens": ids})
+    pieces = []
+    for token in ids:
+        raw = await state.call_tokenizer(tok.detokenize, [token])
+        try:
+            piece: object = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            piece = list(raw)
+        pieces.append({"id": token, "piece": piece})
+    return json_response({"tokens": pieces})
+
+
+async def _detokenize(state: ServerState) -> Response:
+    body = await generation.read_json_body()
+    info = state.require_loaded()
+    tokens = body.get("tokens")
+    if tokens is None:
+        raise InvalidRequest("tokens is required", "tokens", "missing_required_parameter")
+    if not isinstance(tokens, list):
+        raise InvalidRequest("tokens must be a list of token ids", "tokens", "invalid_type")
+    for i, token in enumerate(tokens):
+        if type(token) is not int:
+            raise InvalidRequest(f"tokens[{i}] must be an integer", f"tokens[{i}]", "invalid_type")
+        if not 0 <= token < info.vocab:
+            raise InvalidRequest(f"tokens[{i}] = {token} is outside [0, {info.vocab})",
+                                 f"tokens[{i}]", "invalid_value")
+    raw = await state.call_tokenizer(state.host.tokenizer.detokenize, tokens)
+    return json_response({"content": raw.decode("utf-8", errors="replace")})
+
+
+__all__ = ["register", "MethodNotAllowed"]

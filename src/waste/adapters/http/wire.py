@@ -1,0 +1,198 @@
+"""OpenAI wire shapes: response bodies, SSE chunks, usage, logprobs and the ``waste`` object.
+
+Pure builders over domain values; the routes decide when each is sent.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+
+from waste.domain.completion import Output, ReplyAssembler
+from waste.domain.engine import EngineStats, GenerationResult
+from waste.domain.stopstrings import ContentPiece
+
+
+def dumps(obj: object) -> str:
+    """Compact JSON with non-ASCII kept literal (http.md §0)."""
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}{secrets.token_hex(12)}"
+
+
+def sse(obj: object) -> str:
+    return f"data: {dumps(obj)}\n\n"
+
+
+SSE_DONE = "data: [DONE]\n\n"
+SSE_KEEPALIVE = ": keep-alive\n\n"
+
+
+def hit_rate(hit: int, miss: int) -> float | None:
+    return hit / (hit + miss) if hit + miss else None
+
+
+def waste_object(*, prompt_tokens: int, result: GenerationResult | None, queue_ms: float,
+                 seed: int, stats: EngineStats, requests: int) -> dict:
+    """The per-request ``waste`` object (http.md §3.4)."""
+    generated = result.tokens_generated if result else 0
+    hit = result.experts_hit if result else 0
+    miss = result.experts_missed if result else 0
+    decode_ms = result.decode_ms if result else 0.0
+    return {
+        "prompt_tokens": prompt_tokens, "tokens_generated": generated,
+        "experts_hit": hit, "experts_missed": miss, "expert_hit_rate": hit_rate(hit, miss),
+        "bytes_read": result.bytes_read if result else 0,
+        "direct_io": bool(result.direct_io) if result else stats.direct_io,
+        "queue_ms": round(queue_ms, 3), "prefill_ms": round(result.prefill_ms, 3) if result else 0.0,
+        "decode_ms": round(decode_ms, 3),
+        "tokens_per_second": (generated / (decode_ms / 1000)) if decode_ms > 0 else None,
+        "seed": seed,
+        "since_start": {
+            "requests": requests, "tokens_generated": stats.tokens_generated,
+            "experts_hit": stats.experts_hit, "experts_missed": stats.experts_missed,
+            "expert_hit_rate": hit_rate(stats.experts_hit, stats.experts_missed),
+            "bytes_read": stats.bytes_read, "direct_io": stats.direct_io,
+            "io_note": stats.io_note,
+        },
+    }
+
+
+def usage(prompt_tokens: int, completion_tokens: int, reasoning_tokens: int | None) -> dict:
+    body = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": 0}}
+    if reasoning_tokens is not None:
+        body["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
+    return body
+
+
+def logprob_entries(pieces: tuple[ContentPiece, ...] | list[ContentPiece]) -> list[dict]:
+    """Chat logprob entries: one per token that added content (http.md §3.3)."""
+    return [{"token": p.text, "logprob": p.logprob if p.logprob is not None else 0.0,
+             "bytes": list(p.text.encode("utf-8")), "top_logprobs": []} for p in pieces]
+
+
+def completion_logprobs(pieces, offset: int = 0) -> dict:
+    """Completions-style logprobs: tokens, token_logprobs, top_logprobs, text_offset."""
+    tokens, lps, offsets = [], [], []
+    for piece in pieces:
+        tokens.append(piece.text)
+        lps.append(piece.logprob if piece.logprob is not None else 0.0)
+        offsets.append(offset)
+        offset += len(piece.text)
+    return {"tokens": tokens, "token_logprobs": lps, "top_logprobs": None, "text_offset": offsets}
+
+
+# -- chat -------------------------------------------------------------------------------------
+
+class ChatChunks:
+    """Builds the chunks of one chat stream: same id, created and model on every one."""
+
+    def __init__(self, *, id: str, created: int, model: str, include_usage: bool,
+                 logprobs: bool) -> None:
+        self.base = {"id": id, "object": "chat.completion.chunk", "created": created,
+                     "model": model}
+        self.include_usage = include_usage
+        self.logprobs = logprobs
+
+    def chunk(self, delta: dict, *, finish_reason: str | None = None, logprobs=None,
+              extra: dict | None = None) -> str:
+        body = dict(self.base)
+        body["choices"] = [{"index": 0, "delta": delta, "logprobs": logprobs,
+                            "finish_reason": finish_reason}]
+        if self.include_usage:
+            body["usage"] = None
+        if extra:
+            body.update(extra)
+        return sse(body)
+
+    def role(self) -> str:
+        return self.chunk({"role": "assistant", "content": ""})
+
+    def outputs(self, outputs: tuple[Output, ...] | list[Output]) -> str:
+        parts = []
+        for out in outputs:
+            if out.kind == "reasoning":
+                parts.append(self.chunk({"reasoning_content": out.text}))
+            elif out.kind == "content":
+                lp = {"content": logprob_entries(out.pieces)} if self.logprobs else None
+                parts.append(self.chunk({"content": out.text}, logprobs=lp))
+            elif out.kind == "tool_call" and out.call is not None:
+                call = out.call
+                parts.append(self.chunk({"tool_calls": [{
+                    "index": out.index, "id": call.id, "type": "function",
+                    "function": {"name": call.name, "arguments": ""}}]}))
+                parts.append(self.chunk({"tool_calls": [{
+                    "index": out.index, "function": {"arguments": call.arguments}}]}))
+        return "".join(parts)
+
+    def final(self, finish_reason: str, waste: dict, usage_body: dict) -> str:
+        text = self.chunk({}, finish_reason=finish_reason, extra={"waste": waste})
+        if self.include_usage:
+            body = dict(self.base, choices=[], usage=usage_body, waste=waste)
+            text += sse(body)
+        return text + SSE_DONE
+
+
+def chat_response(*, id: str, created: int, model: str, assembler: ReplyAssembler,
+                  finish_reason: str, usage_body: dict, waste: dict, logprobs: bool) -> dict:
+    lp = None
+    if logprobs:
+        content = assembler.message().get("content")
+        lp = {"content": logprob_entries(assembler.content_pieces) if content else []}
+    return {"id": id, "object": "chat.completion", "created": created, "model": model,
+            "choices": [{"index": 0, "message": assembler.message(), "logprobs": lp,
+                         "finish_reason": finish_reason}],
+            "usage": usage_body, "waste": waste}
+
+
+# -- completions ------------------------------------------------------------------------------
+
+class CompletionChunks:
+    """Builds the chunks of one /v1/completions stream (no role chunk)."""
+
+    def __init__(self, *, id: str, created: int, model: str, include_usage: bool,
+                 logprobs: bool) -> None:
+        self.base = {"id": id, "object": "text_completion", "created": created, "model": model}
+        self.include_usage = include_usage
+        self.logprobs = logprobs
+        self.offset = 0
+
+    def chunk(self, text: str, *, finish_reason: str | None = None, logprobs=None,
+              extra: dict | None = None) -> str:
+        body = dict(self.base)
+        body["choices"] = [{"index": 0, "text": text, "logprobs": logprobs,
+                            "finish_reason": finish_reason}]
+        if self.include_usage:
+            body["usage"] = None
+        if extra:
+            body.update(extra)
+        return sse(body)
+
+    def outputs(self, outputs) -> str:
+        parts = []
+        for out in outputs:
+            if out.kind != "content":
+                continue
+            lp = completion_logprobs(out.pieces, self.offset) if self.logprobs else None
+            self.offset += len(out.text)
+            parts.append(self.chunk(out.text, logprobs=lp))
+        return "".join(parts)
+
+    def final(self, finish_reason: str, waste: dict, usage_body: dict) -> str:
+        text = self.chunk("", finish_reason=finish_reason, extra={"waste": waste})
+        if self.include_usage:
+            text += sse(dict(self.base, choices=[], usage=usage_body, waste=waste))
+        return text + SSE_DONE
+
+
+def completion_response(*, id: str, created: int, model: str, assembler: ReplyAssembler,
+                        finish_reason: str, usage_body: dict, waste: dict, logprobs: bool) -> dict:
+    lp = completion_logprobs(assembler.content_pieces) if logprobs else None
+    return {"id": id, "object": "text_completion", "created": created, "model": model,
+            "choices": [{"index": 0, "text": assembler.text, "logprobs": lp,
+                         "finish_reason": finish_reason}],
+            "usage": usage_body, "waste": waste}
