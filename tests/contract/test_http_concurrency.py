@@ -214,3 +214,35 @@ def test_cli_warns_on_non_loopback_without_key():
         assert "warning:" in proc.stderr.read()
     finally:
         proc.kill()
+
+
+def test_hypercorn_serves_the_asgi_app_from_the_environment():
+    import socket as socket_module
+
+    probe = socket_module.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    env = {**os.environ, "WASTE_FAKE_ENGINE": "builtin", "WASTE_MODEL_ID": "asgi-fake",
+           "WASTE_API_KEY": "k"}
+    proc = subprocess.Popen([sys.executable, "-m", "hypercorn", "--worker-class", "trio",
+                             "--bind", f"127.0.0.1:{port}", "waste.app:app"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as c:
+            for _ in range(2000):
+                try:
+                    if c.get("/health").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                threading.Event().wait(0.01)
+            models = c.get("/v1/models", headers={"Authorization": "Bearer k"}).json()
+            assert models["data"][0]["id"] == "asgi-fake"
+            assert c.get("/v1/models").status_code == 401
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(20)
+        finally:
+            proc.kill()

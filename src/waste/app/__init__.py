@@ -1,7 +1,9 @@
 """The composition root: ``create_app(engine, settings)`` and ``app`` for hypercorn.
 
-``hypercorn waste.app:app`` reads ``WASTE_MODEL`` and the other ``WASTE_*`` variables; the
-``app`` object is built on first access, and its engine opens in the serving lifecycle.
+``hypercorn --worker-class trio waste.app:app`` reads ``WASTE_MODEL`` and the other
+``WASTE_*`` variables. ``app`` is a thin ASGI object that builds the real app from the
+environment on its first event, so importing this package never reads the environment or
+opens anything; the engine opens in the serving lifecycle.
 """
 
 from __future__ import annotations
@@ -12,10 +14,18 @@ from waste.app.settings import Settings, load_settings
 __all__ = ["create_app", "engine_loader", "Settings", "load_settings", "app"]
 
 
-def __getattr__(name: str):
-    if name == "app":
-        from waste.app.factory import app_from_environment
+class _AppFromEnvironment:
+    """ASGI entry point configured from ``WASTE_*`` variables, built on first use."""
 
-        globals()["app"] = app_from_environment()
-        return globals()["app"]
-    raise AttributeError(name)
+    def __init__(self) -> None:
+        self._app = None
+
+    async def __call__(self, scope, receive, send) -> None:
+        if self._app is None:
+            from waste.app.factory import app_from_environment
+
+            self._app = app_from_environment()
+        await self._app(scope, receive, send)
+
+
+app = _AppFromEnvironment()
