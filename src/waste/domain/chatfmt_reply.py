@@ -13,7 +13,7 @@ from typing import Any
 import attrs
 
 from waste.domain.kimitools import CallSectionReader
-from waste.domain.replies import Delta, ToolCall
+from waste.domain.replies import Delta, ToolCall, assistant_message
 
 REASONING, CONTENT = "reasoning", "content"
 
@@ -72,16 +72,8 @@ class ChatReplyReader:
         return list(self._calls)
 
     def message(self) -> dict[str, Any]:
-        """The OpenAI assistant message: content null only when empty with calls present;
-        ``reasoning_content`` only when non-empty; ``tool_calls`` only when non-empty."""
-        content = self.content
-        message: dict[str, Any] = {
-            "role": "assistant", "content": None if not content and self._calls else content}
-        if self._reasoning:
-            message["reasoning_content"] = self.reasoning
-        if self._calls:
-            message["tool_calls"] = [call.to_openai() for call in self._calls]
-        return message
+        """The OpenAI assistant message (``replies.assistant_message``)."""
+        return assistant_message(self.content, self.reasoning, self._calls)
 
     def feed_token(self, token_id: int, piece: bytes | str) -> list[Delta]:
         """Feed one generated token. ``piece`` may be a fragment of a UTF-8 character."""

@@ -13,7 +13,7 @@ from typing import Protocol
 import attrs
 
 from waste.domain.engine import TokenEvent
-from waste.domain.replies import Delta, ToolCall
+from waste.domain.replies import Delta, ToolCall, assistant_message
 from waste.domain.stopstrings import ContentPiece, StopStringFilter
 
 
@@ -121,17 +121,8 @@ class ReplyAssembler:
         return "stop"
 
     def message(self) -> dict:
-        """The final OpenAI assistant message (http.md §3.1)."""
-        content = "".join(self.content)
-        message: dict = {"role": "assistant", "content": content}
-        reasoning = "".join(self.reasoning)
-        if reasoning:
-            message["reasoning_content"] = reasoning
-        if self.calls:
-            message["tool_calls"] = [c.to_openai() for c in self.calls]
-            if not content:
-                message["content"] = None
-        return message
+        """The final OpenAI assistant message (http.md §3.1), content cut at a stop string."""
+        return assistant_message("".join(self.content), "".join(self.reasoning), self.calls)
 
     @property
     def text(self) -> str:

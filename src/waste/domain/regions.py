@@ -15,7 +15,7 @@ from typing import Callable
 
 import attrs
 
-from waste.domain.replies import Delta, ToolCall
+from waste.domain.replies import Delta, ToolCall, assistant_message
 
 OPEN, SEP, CLOSE, END_OF_MSG = "<|open|>", "<|sep|>", "<|close|>", "<|end_of_msg|>"
 MARKERS = (OPEN, SEP, CLOSE, END_OF_MSG)
@@ -118,20 +118,8 @@ class RegionParser:
         return "".join(self._content)
 
     def message(self) -> dict:
-        """The OpenAI assistant message (http.md §3.1); call after ``finish``.
-
-        ``content`` is None only when empty and calls exist; ``reasoning_content`` and
-        ``tool_calls`` appear only when non-empty.
-        """
-        content = self.content
-        message: dict = {"role": "assistant",
-                         "content": None if not content and self.tool_calls else content}
-        reasoning = self.reasoning
-        if reasoning:
-            message["reasoning_content"] = reasoning
-        if self.tool_calls:
-            message["tool_calls"] = [call.to_openai() for call in self.tool_calls]
-        return message
+        """The OpenAI assistant message (http.md §3.1); call after ``finish``."""
+        return assistant_message(self.content, self.reasoning, self.tool_calls)
 
     # ---- feeding -------------------------------------------------------------------------
 

@@ -38,6 +38,17 @@ class Delta:
     index: int = 0
 
 
+def assistant_message(content: str, reasoning: str, calls: list[ToolCall]) -> dict:
+    """The final OpenAI assistant message (http.md §3.1): ``content`` is null only when it is
+    empty and calls exist; ``reasoning_content`` and ``tool_calls`` appear only when non-empty."""
+    message: dict = {"role": "assistant", "content": None if not content and calls else content}
+    if reasoning:
+        message["reasoning_content"] = reasoning
+    if calls:
+        message["tool_calls"] = [call.to_openai() for call in calls]
+    return message
+
+
 class ReplyReader(Protocol):
     """An incremental reader of a model's reply. Never raises on malformed output."""
 

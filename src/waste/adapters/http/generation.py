@@ -59,14 +59,7 @@ async def chat_completions(state: ServerState) -> Response:
                        plan.stop_ids, "messages")
     job = Job(prompt=prompt, params=params, images=tuple(images), ctx_param="messages",
               assembler=ReplyAssembler.create(plan.new_reader(), req.stop))
-    state.host.check_admission()
-    ident = new_id("chatcmpl-")
-    created = int(time.time())
-    if req.stream:
-        chunks = ChatChunks(id=ident, created=created, model=state.config.model_id,
-                            include_usage=req.include_usage, logprobs=req.logprobs)
-        return _stream(state, job, chunks, ident, first=chunks.role())
-    return await _blocking(state, job, ident, created, req.logprobs, chat_response)
+    return await _answer(state, job, req, "chatcmpl-", ChatChunks, chat_response)
 
 
 async def completions(state: ServerState) -> Response:
@@ -88,14 +81,20 @@ async def completions(state: ServerState) -> Response:
     reader = TextReader(stop_ids=frozenset(stop_ids))
     job = Job(prompt=prompt, params=params, ctx_param="prompt",
               assembler=ReplyAssembler.create(reader, req.stop))
+    return await _answer(state, job, req, "cmpl-", CompletionChunks, completion_response)
+
+
+async def _answer(state: ServerState, job: Job, req, id_prefix: str, chunks_type,
+                  build_response) -> Response:
+    """Admission (http.md §2.1 step 10), then a stream or a blocking answer."""
     state.host.check_admission()
-    ident = new_id("cmpl-")
+    ident = new_id(id_prefix)
     created = int(time.time())
     if req.stream:
-        chunks = CompletionChunks(id=ident, created=created, model=state.config.model_id,
-                                  include_usage=req.include_usage, logprobs=req.logprobs)
-        return _stream(state, job, chunks, ident, first="")
-    return await _blocking(state, job, ident, created, req.logprobs, completion_response)
+        chunks = chunks_type(id=ident, created=created, model=state.config.model_id,
+                             include_usage=req.include_usage, logprobs=req.logprobs)
+        return _stream(state, job, chunks, ident)
+    return await _blocking(state, job, ident, created, req.logprobs, build_response)
 
 
 def _account(state: ServerState, job: Job, done: Finished, queue_ms: float) -> tuple[dict, dict]:
@@ -139,8 +138,9 @@ async def _blocking(state: ServerState, job: Job, ident: str, created: int, logp
     raise RuntimeError("the engine worker ended without an answer")
 
 
-def _stream(state: ServerState, job: Job, chunks, ident: str, first: str) -> Response:
+def _stream(state: ServerState, job: Job, chunks, ident: str) -> Response:
     async def body():
+        first = chunks.first()
         if first:
             yield first
         timing = {"queue_ms": 0.0}

@@ -86,31 +86,52 @@ def completion_logprobs(pieces, offset: int = 0) -> dict:
     return {"tokens": tokens, "token_logprobs": lps, "top_logprobs": None, "text_offset": offsets}
 
 
-# -- chat -------------------------------------------------------------------------------------
+# -- streams -----------------------------------------------------------------------------------
 
-class ChatChunks:
-    """Builds the chunks of one chat stream: same id, created and model on every one."""
+class _Chunks:
+    """The chunks of one stream: the same id, created and model on every one."""
+
+    object_name = ""
 
     def __init__(self, *, id: str, created: int, model: str, include_usage: bool,
                  logprobs: bool) -> None:
-        self.base = {"id": id, "object": "chat.completion.chunk", "created": created,
-                     "model": model}
+        self.base = {"id": id, "object": self.object_name, "created": created, "model": model}
         self.include_usage = include_usage
         self.logprobs = logprobs
 
-    def chunk(self, delta: dict, *, finish_reason: str | None = None, logprobs=None,
-              extra: dict | None = None) -> str:
-        body = dict(self.base)
-        body["choices"] = [{"index": 0, "delta": delta, "logprobs": logprobs,
-                            "finish_reason": finish_reason}]
+    def _event(self, choice: dict, extra: dict | None = None) -> str:
+        body = dict(self.base, choices=[dict(index=0, **choice)])
         if self.include_usage:
             body["usage"] = None
         if extra:
             body.update(extra)
         return sse(body)
 
-    def role(self) -> str:
+    def first(self) -> str:
+        """What goes out at admission (chat: the role chunk)."""
+        return ""
+
+    def final(self, finish_reason: str, waste: dict, usage_body: dict) -> str:
+        """The finish chunk (carrying ``waste``), the optional usage chunk, then [DONE]."""
+        text = self._finish(finish_reason, {"waste": waste})
+        if self.include_usage:
+            text += sse(dict(self.base, choices=[], usage=usage_body, waste=waste))
+        return text + SSE_DONE
+
+
+class ChatChunks(_Chunks):
+    object_name = "chat.completion.chunk"
+
+    def chunk(self, delta: dict, *, finish_reason: str | None = None, logprobs=None,
+              extra: dict | None = None) -> str:
+        return self._event({"delta": delta, "logprobs": logprobs,
+                            "finish_reason": finish_reason}, extra)
+
+    def first(self) -> str:
         return self.chunk({"role": "assistant", "content": ""})
+
+    def _finish(self, finish_reason: str, extra: dict) -> str:
+        return self.chunk({}, finish_reason=finish_reason, extra=extra)
 
     def outputs(self, outputs: tuple[Output, ...] | list[Output]) -> str:
         parts = []
@@ -129,12 +150,33 @@ class ChatChunks:
                     "index": out.index, "function": {"arguments": call.arguments}}]}))
         return "".join(parts)
 
-    def final(self, finish_reason: str, waste: dict, usage_body: dict) -> str:
-        text = self.chunk({}, finish_reason=finish_reason, extra={"waste": waste})
-        if self.include_usage:
-            body = dict(self.base, choices=[], usage=usage_body, waste=waste)
-            text += sse(body)
-        return text + SSE_DONE
+
+class CompletionChunks(_Chunks):
+    """/v1/completions chunks: text only, no role chunk."""
+
+    object_name = "text_completion"
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.offset = 0
+
+    def chunk(self, text: str, *, finish_reason: str | None = None, logprobs=None,
+              extra: dict | None = None) -> str:
+        return self._event({"text": text, "logprobs": logprobs,
+                            "finish_reason": finish_reason}, extra)
+
+    def _finish(self, finish_reason: str, extra: dict) -> str:
+        return self.chunk("", finish_reason=finish_reason, extra=extra)
+
+    def outputs(self, outputs) -> str:
+        parts = []
+        for out in outputs:
+            if out.kind != "content":
+                continue
+            lp = completion_logprobs(out.pieces, self.offset) if self.logprobs else None
+            self.offset += len(out.text)
+            parts.append(self.chunk(out.text, logprobs=lp))
+        return "".join(parts)
 
 
 def chat_response(*, id: str, created: int, model: str, assembler: ReplyAssembler,
@@ -147,46 +189,6 @@ def chat_response(*, id: str, created: int, model: str, assembler: ReplyAssemble
             "choices": [{"index": 0, "message": assembler.message(), "logprobs": lp,
                          "finish_reason": finish_reason}],
             "usage": usage_body, "waste": waste}
-
-
-# -- completions ------------------------------------------------------------------------------
-
-class CompletionChunks:
-    """Builds the chunks of one /v1/completions stream (no role chunk)."""
-
-    def __init__(self, *, id: str, created: int, model: str, include_usage: bool,
-                 logprobs: bool) -> None:
-        self.base = {"id": id, "object": "text_completion", "created": created, "model": model}
-        self.include_usage = include_usage
-        self.logprobs = logprobs
-        self.offset = 0
-
-    def chunk(self, text: str, *, finish_reason: str | None = None, logprobs=None,
-              extra: dict | None = None) -> str:
-        body = dict(self.base)
-        body["choices"] = [{"index": 0, "text": text, "logprobs": logprobs,
-                            "finish_reason": finish_reason}]
-        if self.include_usage:
-            body["usage"] = None
-        if extra:
-            body.update(extra)
-        return sse(body)
-
-    def outputs(self, outputs) -> str:
-        parts = []
-        for out in outputs:
-            if out.kind != "content":
-                continue
-            lp = completion_logprobs(out.pieces, self.offset) if self.logprobs else None
-            self.offset += len(out.text)
-            parts.append(self.chunk(out.text, logprobs=lp))
-        return "".join(parts)
-
-    def final(self, finish_reason: str, waste: dict, usage_body: dict) -> str:
-        text = self.chunk("", finish_reason=finish_reason, extra={"waste": waste})
-        if self.include_usage:
-            text += sse(dict(self.base, choices=[], usage=usage_body, waste=waste))
-        return text + SSE_DONE
 
 
 def completion_response(*, id: str, created: int, model: str, assembler: ReplyAssembler,
