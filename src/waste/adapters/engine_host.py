@@ -194,11 +194,20 @@ class EngineHost:
         await self._idle.wait()
 
     def close(self) -> None:
-        """Stop the worker loop and close the engine (after serving)."""
+        """Stop the worker loop, save the expert hotlist, close the engine (after serving)."""
         self._jobs_send.close()
-        if self.engine is not None:
-            self.engine.close()
-            self.engine = None
+        if self.engine is None:
+            return
+        save_usage = getattr(self.engine, "save_usage", None)
+        if save_usage is not None:
+            try:
+                save_usage()
+            except Exception as exc:  # http.md §6: a failure to save is logged only
+                log.warning("expert hotlist not saved: %s", exc)
+        self.engine.close()
+        self.engine = None
+        if self.tokenizer is not None and hasattr(self.tokenizer, "close"):
+            self.tokenizer.close()
 
     # -- the worker thread --------------------------------------------------------------
     def _run_job(self, job: Job, token: trio.lowlevel.TrioToken) -> None:

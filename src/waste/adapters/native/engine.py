@@ -1,0 +1,221 @@
+"""``NativeEngine``: the Engine port on libwaste, plus the tokenizer-only ``NativeTokenizer``.
+
+Generation runs ``waste_generate`` with a cffi ``extern "Python"`` callback; a Python
+exception raised by ``on_token`` stops the C loop (the callback returns 1) and is re-raised
+once ``waste_generate`` has returned, so no exception ever crosses C.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+from waste.domain.engine import (EngineStats, GenerationResult, SamplingParams, TokenCallback,
+                                 TokenEvent)
+
+from waste.adapters.native.context import NativeContext, fail, ffi, int32_array, lib
+from waste.adapters.native.options import NativeOptions
+
+STOP_REASONS = {
+    lib.WASTE_STOP_NONE: "none", lib.WASTE_STOP_TOKEN: "token",
+    lib.WASTE_STOP_MAX_TOKENS: "max_tokens", lib.WASTE_STOP_CTX_FULL: "ctx_full",
+    lib.WASTE_STOP_CALLBACK: "callback",
+}
+_CALLBACK_STOP = 1
+
+
+class _Delivery:
+    """One generate call's callback state; passed to C through ``ffi.new_handle``."""
+
+    def __init__(self, engine: "NativeEngine", on_token: TokenCallback) -> None:
+        self.engine = engine
+        self.on_token = on_token
+        self.error: BaseException | None = None
+
+    def deliver(self, info: Any) -> int:
+        try:
+            piece = ffi.unpack(info.piece, info.piece_len) if info.piece_len else b""
+            event = TokenEvent(index=info.index, token=info.token, piece=piece,
+                               logprob=info.logprob, is_stop=bool(info.is_stop),
+                               experts_hit=info.experts_hit, experts_missed=info.experts_missed,
+                               bytes_read=info.bytes_read)
+            self.engine._tokens_generated += 1
+            return _CALLBACK_STOP if self.on_token(event) else 0
+        except BaseException as exc:  # re-raised by generate after C returns
+            self.error = exc
+            return _CALLBACK_STOP
+
+
+# error=1: should anything escape deliver(), C is told to stop (0 would mean "continue").
+@ffi.def_extern(error=_CALLBACK_STOP)
+def _waste_on_token(info: Any, user: Any) -> int:
+    return ffi.from_handle(user).deliver(info)
+
+
+def _set_fields(struct: Any, **values: Any) -> None:
+    for name, value in values.items():
+        try:
+            setattr(struct, name, value)
+        except (OverflowError, TypeError) as exc:
+            fail(lib.WASTE_E_ARG, f"sampling parameter {name}={value!r} is out of range: {exc}")
+
+
+class NativeEngine(NativeContext):
+    """The Engine port on one libwaste context. Blocking; one call at a time."""
+
+    def __init__(self, path: str | Path, options: NativeOptions) -> None:
+        self._tokens_generated = 0
+        super().__init__(path, options)
+
+    @classmethod
+    def open(cls, path: str | Path, options: NativeOptions | None = None) -> "NativeEngine":
+        """Open the container at ``path``.
+
+        Raises:
+            EngineError: E_IO, E_FORMAT, E_BUDGET, E_BUSY (locked), E_UNSUPPORTED (an
+                unsupported option, or a library whose API version differs from the header's).
+        """
+        return cls(path, options or NativeOptions())
+
+    def chat_template(self) -> str | None:
+        """The container's ``chat.json`` text (the engine itself ignores it), or None."""
+        path = self.path / "chat.json"
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            fail(lib.WASTE_E_IO, f"{path}: {exc.strerror or exc}")
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            fail(lib.WASTE_E_FORMAT, f"{path}: not UTF-8 ({exc})")
+
+    def reset(self) -> None:
+        """Back to position 0 (state, KV, image queue, abort and poison cleared)."""
+        with self._call() as ctx:
+            self._check(lib.waste_reset(ctx))
+
+    def position(self) -> int:
+        """Tokens evaluated since the last reset."""
+        with self._call() as ctx:
+            return int(lib.waste_position(ctx))
+
+    def generate(self, prompt: Sequence[int], params: SamplingParams,
+                 on_token: TokenCallback) -> GenerationResult:
+        """Prefill ``prompt``, then sample until a stop id, ``max_tokens``, a full context or
+        ``on_token`` returning True (``stop_reason`` "callback").
+
+        Raises:
+            EngineError: E_ARG (empty prompt, bad id or parameter), E_CTX (does not fit;
+                nothing evaluated), E_CANCELLED (``abort``), E_IO/E_FORMAT/E_NOMEM/E_BUDGET
+                (the state is then poisoned until ``reset``).
+            BaseException: whatever ``on_token`` raised, after the C call has returned.
+        """
+        ids = int32_array(prompt, "prompt")
+        stops = int32_array(params.stop_ids, "stop_ids")
+        gen = ffi.new("waste_gen_params *")
+        lib.waste_gen_params_init(gen)
+        _set_fields(gen, temperature=params.temperature, top_p=params.top_p, top_k=params.top_k,
+                    seed=params.seed, max_tokens=params.max_tokens,
+                    n_stop_ids=len(params.stop_ids))
+        gen.stop_ids = stops if params.stop_ids else ffi.NULL
+        res = ffi.new("waste_gen_result *")
+        lib.waste_gen_result_init(res)
+        delivery = _Delivery(self, on_token)
+        handle = ffi.new_handle(delivery)  # kept alive by this frame for the whole C call
+        with self._call() as ctx:
+            status = lib.waste_generate(ctx, ids, len(prompt), gen, lib._waste_on_token, handle, res)
+            if delivery.error is None:
+                self._check(status)
+        if delivery.error is not None:
+            raise delivery.error
+        return GenerationResult(
+            prompt_tokens=res.prompt_tokens, tokens_generated=res.tokens_generated,
+            stop_reason=STOP_REASONS.get(res.stop_reason, str(res.stop_reason)),
+            experts_hit=res.experts_hit, experts_missed=res.experts_missed,
+            bytes_read=res.bytes_read, prefill_ms=res.prefill_ms, decode_ms=res.decode_ms,
+            direct_io=bool(res.direct_io))
+
+    def add_image(self, rgb: bytes, width: int, height: int) -> int:
+        """Queue an RGB8 image; returns its placeholder's position count.
+
+        Raises:
+            EngineError: E_ARG when ``rgb`` is not ``width*height*3`` bytes, E_UNSUPPORTED
+                without a vision tower.
+        """
+        if width <= 0 or height <= 0 or len(rgb) != width * height * 3:
+            fail(lib.WASTE_E_ARG, f"image rgb: {len(rgb)} bytes is not {width}x{height} RGB8")
+        n_pos = ffi.new("uint32_t *")
+        with self._call() as ctx:
+            self._check(lib.waste_image_add(ctx, ffi.from_buffer(rgb), width, height, n_pos))
+        return int(n_pos[0])
+
+    def expand_images(self, ids: Sequence[int]) -> list[int]:
+        """Each media placeholder id becomes its positions, in queue order (E_ARG on a count mismatch)."""
+        array = int32_array(ids, "ids")
+        with self._call() as ctx:
+            out, n = self._grow("int32_t", len(ids) + 64,
+                                lambda buf, cap, n_out: lib.waste_image_expand(ctx, array, len(ids), buf, cap, n_out))
+        return list(out[0:n])
+
+    def clear_images(self) -> None:
+        """Empty the image queue."""
+        with self._call() as ctx:
+            self._check(lib.waste_image_clear(ctx))
+
+    def save_usage(self, path: str | None = None) -> None:
+        """Write the expert hotlist to ``path``; None means ``--usage`` (``usage_path``): the
+        container's ``usage.waste`` when that is unset, nothing at all when it is ``""``."""
+        if path is None:
+            path = self.options.usage_path
+            if path == "":
+                return
+        target = str(path if path is not None else self.path / "usage.waste").encode("utf-8")
+        with self._call() as ctx:
+            self._check(lib.waste_save_usage(ctx, target))
+
+    def statistics(self) -> EngineStats:
+        """Cumulative statistics since open; safe from any thread, never raises.
+
+        ``tokens_generated`` counts tokens delivered to callbacks (libwaste's own ``tokens``
+        counts every evaluated position, prompts included). After close: the final values.
+        """
+        with self._pointer:
+            stats = self._final_stats if self.closed else self._read_stats(self._ctx)
+        note = ffi.string(stats.io_note).decode("utf-8", "replace")
+        return EngineStats(tokens_generated=self._tokens_generated, experts_hit=stats.hits,
+                           experts_missed=stats.misses, bytes_read=stats.bytes_read,
+                           direct_io=bool(stats.direct_io), io_note=note or None,
+                           budget_bytes=stats.budget_bytes, peak_bytes=stats.peak_bytes)
+
+
+class NativeTokenizer(NativeContext):
+    """A tokenizer-only context (``tokenizer_only=1``) on the same container.
+
+    The server uses it for /tokenize and prompt building while the engine's own context
+    is busy generating; it loads no weights.
+    """
+
+    @classmethod
+    def open(cls, path: str | Path, options: NativeOptions | None = None) -> "NativeTokenizer":
+        """Open ``path`` for tokenization only; ``options`` are reduced by ``for_tokenizer``."""
+        return cls(path, (options or NativeOptions()).for_tokenizer())
+
+
+def open_native(path: str | Path, options: Any) -> tuple[NativeEngine, NativeTokenizer]:
+    """Open the engine and its tokenizer-only twin on the container at ``path``.
+
+    Args:
+        path: the ``model.waste`` directory.
+        options: a ``NativeOptions``, or a settings object with the server's flags
+            (see ``NativeOptions.from_settings``).
+    """
+    options = NativeOptions.coerce(options)
+    engine = NativeEngine.open(path, options)
+    try:
+        tokenizer = NativeTokenizer.open(path, options)
+    except BaseException:
+        engine.close()
+        raise
+    return engine, tokenizer

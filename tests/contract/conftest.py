@@ -1,0 +1,61 @@
+"""Fixtures for the native Engine contract: one synthetic container per session.
+
+The container comes from ``waste.tools.make_container`` (deterministic, seed 0); the engine
+is libwaste through the cffi extension that ``pip install -e .`` builds. Without a C
+compiler the native tests skip, saying so; with one, a missing build is an error.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+NATIVE_CTX_TOKENS = 256
+
+
+def load_native():
+    """The ``waste.adapters.native`` package, or a skip (no compiler) / failure (not built)."""
+    try:
+        import waste.adapters.native as native
+    except ImportError as exc:
+        if shutil.which("gcc") is None and shutil.which("cc") is None:
+            pytest.skip("no C compiler (gcc or cc) on this machine: libwaste cannot be built")
+        pytest.fail(f"a C compiler exists but libwaste is not built ({exc}); run `pip install -e .`")
+    return native
+
+
+@pytest.fixture(scope="session")
+def native():
+    """The native adapter package (skips only when libwaste cannot be built)."""
+    return load_native()
+
+
+@pytest.fixture(scope="session")
+def native_container(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small synthetic K3-XTML container (seed 0, default geometry), built once."""
+    from waste.tools.make_container import build_container
+
+    out = tmp_path_factory.mktemp("native") / "synthetic.waste"
+    build_container(out, seed=0)
+    return out
+
+
+@pytest.fixture(scope="session")
+def kimi_linear_container(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same geometry with the Kimi-Linear markers and a chat.json."""
+    from waste.tools.make_container import build_container
+
+    out = tmp_path_factory.mktemp("native") / "kimi-linear.waste"
+    build_container(out, seed=0, chat_json="kimi-linear")
+    return out
+
+
+@pytest.fixture
+def native_engine(native, native_container: Path):
+    """A fresh ``NativeEngine`` on the session container (closed afterwards)."""
+    engine = native.NativeEngine.open(
+        native_container, native.NativeOptions(ctx_tokens=NATIVE_CTX_TOKENS, usage_path=""))
+    yield engine
+    engine.close()
