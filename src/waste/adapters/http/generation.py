@@ -7,6 +7,7 @@ cancels the job, which the worker sees at the next token.
 
 from __future__ import annotations
 
+import functools
 import secrets
 import time
 
@@ -50,8 +51,10 @@ async def chat_completions(state: ServerState) -> Response:
     require_chat_format(state.selection)
     req = parse_chat_request(body)
     check_chat_capabilities(req, state.selection)
-    images = decode_images(req.image_parts, vision=state.config.vision and info.vision,
-                           allow_local=state.config.allow_local_images)
+    # Decoding up to 8 × 50 MP must not stall the event loop (/health answers at once).
+    images = await trio.to_thread.run_sync(functools.partial(
+        decode_images, req.image_parts, vision=state.config.vision and info.vision,
+        allow_local=state.config.allow_local_images))
     plan = plan_chat(req, state.selection, default_thinking=state.config.thinking_default,
                      image_sizes=[(i.width, i.height) for i in images])
     prompt = await state.tokenize_segments(plan.segments)
