@@ -118,3 +118,32 @@ def test_disconnect_frees_the_engine(served):
         ok = c.post("/v1/chat/completions", json=chat("after", max_tokens=2, temperature=0))
         assert ok.status_code == 200
     assert host.requests_cancelled >= 1
+
+
+def test_cli_plan_and_version(native_container):
+    import subprocess
+    import sys
+
+    plan = subprocess.run([sys.executable, "-m", "waste", str(native_container), "--plan"],
+                          capture_output=True, text=True, timeout=60)
+    assert plan.returncode == 0, plan.stderr
+    assert "floor" in plan.stdout and "slots" in plan.stdout
+    tiny = subprocess.run([sys.executable, "-m", "waste", str(native_container), "--plan",
+                           "--budget", "1K"], capture_output=True, text=True, timeout=60)
+    assert tiny.returncode == 1 and "floor" in tiny.stderr
+    version = subprocess.run([sys.executable, "-m", "waste", "--version"], capture_output=True,
+                             text=True, timeout=60)
+    assert version.returncode == 0 and "libwaste" in version.stdout
+
+
+def test_cli_exits_1_when_the_container_cannot_open(tmp_path):
+    import subprocess
+    import sys
+
+    broken = tmp_path / "broken.waste"
+    broken.mkdir()
+    (broken / "manifest.json").write_text('{"format_version": 999}')
+    run = subprocess.run([sys.executable, "-m", "waste", str(broken), "--port", "0"],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 1
+    assert "format_version" in run.stderr
