@@ -150,22 +150,25 @@ def _stream(state: ServerState, job: Job, chunks, ident: str) -> Response:
         try:
             with state.host.open_job(job) as events:
                 while True:
+                    # Never yield inside a cancel scope: the consumer would run under it.
+                    event = None
                     with trio.move_on_after(KEEPALIVE_S):
                         event = await events.receive()
-                        text, done = _render_event(state, job, chunks, event, timing)
-                        while not done:  # batch whatever else is already queued
-                            try:
-                                more = events.receive_nowait()
-                            except trio.WouldBlock:
-                                break
-                            extra, done = _render_event(state, job, chunks, more, timing)
-                            text += extra
-                        if text:
-                            yield text
-                        if done:
-                            return
+                    if event is None:
+                        yield SSE_KEEPALIVE
                         continue
-                    yield SSE_KEEPALIVE
+                    text, done = _render_event(state, job, chunks, event, timing)
+                    while not done:  # batch whatever else is already queued
+                        try:
+                            more = events.receive_nowait()
+                        except trio.WouldBlock:
+                            break
+                        extra, done = _render_event(state, job, chunks, more, timing)
+                        text += extra
+                    if text:
+                        yield text
+                    if done:
+                        return
         except Exception as exc:  # a late error is one SSE event, then the stream ends
             yield sse(envelope(to_api_error(exc)))
 
