@@ -1,0 +1,189 @@
+/* internal.h — shared declarations between libwaste's components (not public).
+ *
+ * Components: util (crc, fp16, errors, clocks), json (bounded parser), container
+ * (manifest, trunk, banks, records), kernels (dot products + dispatch), pool (fork-join
+ * threads), model (forward pass), sampler, api (the public functions in waste.h).
+ */
+#ifndef WASTE_INTERNAL_H
+#define WASTE_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "waste.h"
+
+#define WASTE_VERSION_STRING "0.1.0"
+#define WASTE_FORMAT_VERSION 1
+#define WASTE_ERR_CAP 1024
+
+#define WASTE_API __attribute__((visibility("default")))
+
+/* ---- util.c --------------------------------------------------------------------- */
+uint32_t wu_crc32(const void *data, uint64_t len);
+uint32_t wu_crc32_update(uint32_t crc, const void *data, uint64_t len); /* crc = running ~ */
+uint64_t wu_fnv1a64(const void *data, uint64_t len);
+float wu_fp16_to_f32(uint16_t h);
+float wu_bf16_to_f32(uint16_t b);
+double wu_now_ms(void);
+/* Formats into err (cap bytes, always NUL-terminated when cap > 0). */
+void wu_errf(char *err, uint64_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Overflow-checked u64 arithmetic: return 0 on overflow. */
+int wu_mul(uint64_t a, uint64_t b, uint64_t *out);
+int wu_add(uint64_t a, uint64_t b, uint64_t *out);
+/* Reads exactly len bytes at off, looping on EINTR and short reads; -1 error, -2 EOF. */
+int wu_pread_full(int fd, void *buf, uint64_t len, uint64_t off);
+uint64_t wu_read_u64le(const uint8_t *p);
+uint32_t wu_read_u32le(const uint8_t *p);
+void wu_write_u64le(uint8_t *p, uint64_t v);
+void wu_write_u32le(uint8_t *p, uint32_t v);
+void *wu_aligned_alloc(uint64_t align, uint64_t size); /* zeroed; free with free() */
+
+/* ---- json.c: a small bounded DOM parser for untrusted manifests ----------------- */
+typedef enum { WJ_NULL = 0, WJ_BOOL, WJ_NUM, WJ_STR, WJ_ARR, WJ_OBJ } wj_type;
+typedef struct wj_val wj_val;
+struct wj_val {
+    wj_type type;
+    double num;          /* WJ_NUM, WJ_BOOL (0/1) */
+    int is_int;          /* number had no fraction/exponent and fits int64 */
+    int64_t i;           /* WJ_NUM when is_int */
+    const char *str;     /* WJ_STR (NUL-terminated, unescaped); key for members */
+    uint32_t str_len;
+    const char *key;     /* set on object members */
+    wj_val *child;       /* first child (arrays, objects) */
+    wj_val *next;        /* next sibling */
+    uint32_t n_children;
+};
+typedef struct wj_doc wj_doc;
+/* Parses text (len bytes); limits: depth <= 16, strings <= 4096 bytes, <= 2^20 values. */
+int32_t wj_parse(const char *text, uint64_t len, wj_doc **out, char *err, uint64_t cap);
+const wj_val *wj_root(const wj_doc *d);
+void wj_free(wj_doc *d);
+const wj_val *wj_get(const wj_val *obj, const char *key);
+const wj_val *wj_at(const wj_val *arr, uint32_t i);
+
+/* ---- weight formats ------------------------------------------------------------- */
+enum { WF_F32 = 0, WF_BF16 = 1, WF_INT8 = 2, WF_INT4 = 3, WF_MXFP4 = 4 };
+const char *wf_name(int32_t fmt);
+int32_t wf_parse(const char *name);                    /* -1 if unknown */
+/* Bytes of one row of `cols` values; 0 on a shape the format cannot hold. */
+uint64_t wf_row_bytes(int32_t fmt, uint32_t group, uint64_t cols);
+
+/* A matrix view [rows, cols] in one of the formats. */
+typedef struct {
+    int32_t fmt;
+    uint32_t group;
+    uint32_t rows, cols;
+    uint64_t row_bytes;
+    const uint8_t *data;
+} wm_mat;
+
+/* ---- kernels.c ------------------------------------------------------------------ */
+typedef struct {
+    const char *name;
+    float (*dot_f32)(const float *w, const float *x, uint32_t n);
+    float (*dot_bf16)(const uint16_t *w, const float *x, uint32_t n);
+    float (*dot_int8)(const uint8_t *row, const float *x, uint32_t n, uint32_t group);
+} wk_kernels;
+const wk_kernels *wk_select(int32_t kernels_cfg);   /* WASTE_KERNELS_* */
+const char *wk_built(void);                         /* "generic,avx2,avx512" */
+const char *wk_best(void);
+float wk_dot_row(const wk_kernels *k, const wm_mat *m, uint32_t row, const float *x);
+void wk_decode_row(const wm_mat *m, uint32_t row, float *out);
+/* Generic pieces reused by the SIMD files for tails and the fixed reduction tree. */
+float wk_reduce16(float acc[16]);
+float wk_dot_f32_generic(const float *w, const float *x, uint32_t n);
+float wk_dot_bf16_generic(const uint16_t *w, const float *x, uint32_t n);
+float wk_dot_int8_generic(const uint8_t *row, const float *x, uint32_t n, uint32_t group);
+extern const wk_kernels wk_avx2_kernels;
+extern const wk_kernels wk_avx512_kernels;
+
+/* ---- pool.c: fork-join workers; the caller is worker 0 -------------------------- */
+typedef struct wp_pool wp_pool;
+typedef void (*wp_fn)(void *arg, uint32_t begin, uint32_t end);
+/* cpus: NULL, or n_threads CPU ids (worker i is pinned to cpus[i]). */
+int32_t wp_create(uint32_t n_threads, const int *cpus, wp_pool **out);
+void wp_destroy(wp_pool *p);
+uint32_t wp_size(const wp_pool *p);
+/* Splits [0,n) into n_threads contiguous blocks; returns after all finished. */
+void wp_run(wp_pool *p, uint32_t n, wp_fn fn, void *arg);
+
+/* ---- container.c ---------------------------------------------------------------- */
+#define WC_MAX_LAYERS 4096
+typedef struct {
+    char name[96];
+    int32_t fmt;
+    uint32_t group;
+    uint32_t ndim;
+    uint64_t shape[2];
+    uint64_t offset, length;
+    int on_disk;
+    uint8_t *data;          /* resident copy (NULL when on_disk or not loaded) */
+} wc_tensor;
+
+typedef struct {
+    uint32_t layer;
+    char path[1024];
+    int fd;
+    int direct;             /* opened O_DIRECT and the probe read worked */
+    uint32_t n_experts;
+    int32_t fmt;
+    uint32_t group;
+    uint32_t rows[3], cols[3];
+    uint64_t record_bytes, body_length;
+    uint64_t block_off[3], block_len[3];
+} wc_bank;
+
+typedef struct {
+    uint32_t hidden, vocab, n_layers, inter, moe_inter;
+    uint32_t n_experts, top_k, n_shared, n_group, topk_group;
+    int renorm;
+    float routed_scale;
+    uint8_t is_mla[WC_MAX_LAYERS];
+    uint8_t is_moe[WC_MAX_LAYERS];
+    uint32_t kda_heads, kda_dim, conv_k;
+    uint32_t mla_heads, kv_rank, q_rank, d_nope, d_rope, d_v;
+    float rms_eps, mla_eps, l2_eps;
+    int32_t bos, eos, pad;
+    uint64_t ctx_train;
+    uint32_t n_moe, n_mla, n_kda;
+} wc_config;
+
+typedef struct {
+    char dir[1024];
+    char *manifest_text;
+    uint64_t manifest_len;
+    uint64_t fingerprint;
+    wc_config cfg;
+    wc_tensor *tensors;
+    uint32_t n_tensors;
+    wc_bank *banks;          /* one per MoE layer, in layer order */
+    uint32_t n_banks;
+    int32_t bank_of_layer[WC_MAX_LAYERS]; /* -1 for dense layers */
+    int has_tokenizer;
+    uint32_t n_base_vocab;
+    char ranks_path[1100], specials_path[1100];
+    uint64_t trunk_file_size;
+    uint64_t resident_bytes; /* sum of non-on_disk tensor lengths */
+    uint64_t max_record_bytes, all_expert_bytes;
+    int trunk_fd;
+    uint8_t *trunk_mem;
+    char trunk_fmt[16], expert_fmt[16];
+    uint32_t expert_group;
+} wc_container;
+
+/* Parses and validates manifest.json (no bank I/O). */
+int32_t wc_open_manifest(const char *dir, wc_container *c, char *err, uint64_t cap);
+/* Opens the banks (size check, O_DIRECT probe) and loads the resident trunk. */
+int32_t wc_open_data(wc_container *c, int direct_io, int verify, char *io_note, uint64_t note_cap,
+                     char *err, uint64_t cap);
+void wc_close(wc_container *c);
+const wc_tensor *wc_find(const wc_container *c, const char *name);
+/* Reads expert e of bank b into buf (record_bytes, 4096-aligned) and validates it. */
+int32_t wc_read_record(const wc_container *c, const wc_bank *b, uint32_t expert, uint8_t *buf,
+                       int verify, char *err, uint64_t cap);
+/* Reads one embedding row (decoded to f32). */
+int32_t wc_read_embed_row(const wc_container *c, const wc_tensor *t, uint32_t row, uint8_t *tmp,
+                          float *out, char *err, uint64_t cap);
+
+#endif

@@ -1,0 +1,566 @@
+/* model.c — the kimi_linear forward pass (engine.md §4.1): binding tensors by canonical
+ * name, memory sizing (§5), state, and evaluation of a chunk of tokens.
+ *
+ * A chunk runs layer-major: for each layer the mixer walks the chunk's tokens in order
+ * (KDA and the conv are recurrent, MLA attends in position order), then the FFN runs per
+ * token, with each routed expert loaded once per chunk. Every token sees exactly the
+ * arithmetic of a single-token evaluation, so chunked prefill equals token-by-token.
+ * Matrix-vector products split rows across the pool; each row is one fixed-order dot
+ * product, so results do not depend on the thread count.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+
+#define MIN(a, b) ((a) < (b) ? (a) : (b))
+#define MAX(a, b) ((a) > (b) ? (a) : (b))
+
+/* ==== sizing ======================================================================= */
+static uint32_t max_width(const wc_config *c) {
+    uint32_t w = c->hidden;
+    uint32_t hd = c->kda_heads * c->kda_dim;
+    uint32_t cand[] = {hd, c->inter, c->moe_inter * MAX(c->n_shared, 1), c->mla_heads * (c->d_nope + c->d_rope),
+                       c->mla_heads * c->d_v, c->mla_heads * (c->d_nope + c->d_v), c->q_rank, c->kv_rank + c->d_rope,
+                       c->mla_heads * c->kv_rank, c->n_experts, c->kda_dim * c->kda_dim};
+    for (unsigned i = 0; i < sizeof cand / sizeof cand[0]; i++) w = MAX(w, cand[i]);
+    return w;
+}
+
+int32_t wm_sizing_compute(const wc_container *c, uint32_t ctx_tokens, uint32_t chunk, uint64_t budget_cfg,
+                          wm_sizing *s, char *err, uint64_t cap) {
+    const wc_config *cf = &c->cfg;
+    memset(s, 0, sizeof *s);
+    uint64_t hd = (uint64_t)cf->kda_heads * cf->kda_dim;
+    uint64_t kda = (3 * hd * (cf->conv_k ? cf->conv_k - 1 : 0) + (uint64_t)cf->kda_heads * cf->kda_dim * cf->kda_dim) * 4;
+    uint64_t mla = (uint64_t)ctx_tokens * (cf->kv_rank + cf->d_rope) * 4;
+    s->trunk = c->resident_bytes;
+    s->state = kda * cf->n_kda + mla * cf->n_mla + (uint64_t)ctx_tokens * 4;
+    uint64_t maxw = max_width(cf);
+    s->scratch = (3ull * chunk * cf->hidden + 12 * maxw + ctx_tokens + 2ull * cf->vocab) * 4 + (uint64_t)cf->vocab * 4 +
+                 2ull * chunk * cf->top_k * 4 + cf->n_experts + 4ull * cf->hidden + 4096;
+    s->vision = 0;
+    s->record = c->max_record_bytes;
+    s->min_cache = c->n_banks ? 2ull * cf->top_k * s->record : 0;
+    s->floor = s->trunk + s->state + s->scratch + s->vision + s->min_cache;
+    s->working_set = (uint64_t)c->n_banks * cf->top_k * s->record;
+    s->experts = c->all_expert_bytes;
+    s->usable = waste_usable_ram();
+    s->recommended = MIN(s->floor + 3 * s->working_set, s->floor - s->min_cache + s->experts);
+    uint64_t three_q = s->usable / 4 * 3;
+    s->auto_budget = MAX(s->floor, MIN(three_q, s->recommended));
+    if (budget_cfg == 0) {
+        s->budget = s->auto_budget;
+        if (s->floor > s->usable) {
+            wu_errf(err, cap, "the model's floor %llu bytes is above usable RAM %llu bytes", (unsigned long long)s->floor,
+                    (unsigned long long)s->usable);
+            return WASTE_E_BUDGET;
+        }
+    } else {
+        if (budget_cfg < s->floor) {
+            wu_errf(err, cap, "budget %llu below the model's floor %llu (trunk %llu + state %llu + scratch %llu + vision %llu + min cache %llu)",
+                    (unsigned long long)budget_cfg, (unsigned long long)s->floor, (unsigned long long)s->trunk,
+                    (unsigned long long)s->state, (unsigned long long)s->scratch, (unsigned long long)s->vision,
+                    (unsigned long long)s->min_cache);
+            return WASTE_E_BUDGET;
+        }
+        if (budget_cfg > s->usable) {
+            wu_errf(err, cap, "budget %llu above usable RAM %llu", (unsigned long long)budget_cfg, (unsigned long long)s->usable);
+            return WASTE_E_BUDGET;
+        }
+        s->budget = budget_cfg;
+    }
+    if (s->record) {
+        uint64_t slots = (s->budget - s->floor + s->min_cache) / s->record;
+        uint64_t all = (uint64_t)c->n_banks * cf->n_experts;
+        s->slots = MIN(slots, all);
+    }
+    return WASTE_OK;
+}
+
+/* ==== binding ====================================================================== */
+static int32_t bind_mat(waste_ctx *ctx, wm_mat *m, const char *name, uint64_t rows, uint64_t cols, char *err, uint64_t cap) {
+    const wc_tensor *t = wc_find(&ctx->c, name);
+    if (!t) { wu_errf(err, cap, "manifest.json: missing tensor %s", name); return WASTE_E_FORMAT; }
+    if (t->ndim != 2 || t->shape[0] != rows || t->shape[1] != cols) {
+        wu_errf(err, cap, "manifest.json: tensor %s must have shape [%llu, %llu]", name, (unsigned long long)rows, (unsigned long long)cols);
+        return WASTE_E_FORMAT;
+    }
+    if (t->fmt != WF_F32 && t->fmt != WF_BF16 && t->fmt != WF_INT8) {
+        wu_errf(err, cap, "tensor %s: format %s is not supported by this engine yet", name, wf_name(t->fmt));
+        return WASTE_E_UNSUPPORTED;
+    }
+    m->fmt = t->fmt; m->group = t->group; m->rows = (uint32_t)rows; m->cols = (uint32_t)cols;
+    m->row_bytes = wf_row_bytes(t->fmt, t->group, cols);
+    m->data = t->data;
+    return WASTE_OK;
+}
+
+static int32_t bind_vec(waste_ctx *ctx, const float **v, const char *name, uint64_t n, uint64_t n2, char *err, uint64_t cap) {
+    const wc_tensor *t = wc_find(&ctx->c, name);
+    if (!t) { wu_errf(err, cap, "manifest.json: missing tensor %s", name); return WASTE_E_FORMAT; }
+    uint64_t total = t->ndim == 2 ? t->shape[0] * t->shape[1] : t->shape[0];
+    int ok = n2 ? (t->ndim == 2 && t->shape[0] == n && t->shape[1] == n2) : (t->ndim == 1 && t->shape[0] == n);
+    if (!ok || t->fmt != WF_F32) {
+        if (n2) wu_errf(err, cap, "manifest.json: tensor %s must be f32 [%llu, %llu]", name, (unsigned long long)n, (unsigned long long)n2);
+        else wu_errf(err, cap, "manifest.json: tensor %s must be f32 [%llu]", name, (unsigned long long)n);
+        return WASTE_E_FORMAT;
+    }
+    (void)total;
+    *v = (const float *)t->data;
+    return WASTE_OK;
+}
+
+#define B(x) do { int32_t st_ = (x); if (st_) return st_; } while (0)
+
+int32_t wm_bind(waste_ctx *ctx, char *err, uint64_t cap) {
+    const wc_config *c = &ctx->c.cfg;
+    uint64_t H = c->hidden, V = c->vocab, hd = (uint64_t)c->kda_heads * c->kda_dim, d = c->kda_dim;
+    ctx->layers = calloc(c->n_layers, sizeof(wm_layer));
+    if (!ctx->layers) { wu_errf(err, cap, "out of memory"); return WASTE_E_NOMEM; }
+    const wc_tensor *e = wc_find(&ctx->c, "embed");
+    if (!e) { wu_errf(err, cap, "manifest.json: missing tensor embed"); return WASTE_E_FORMAT; }
+    if (e->ndim != 2 || e->shape[0] != V || e->shape[1] != H) {
+        wu_errf(err, cap, "manifest.json: tensor embed must have shape [%llu, %llu]", (unsigned long long)V, (unsigned long long)H);
+        return WASTE_E_FORMAT;
+    }
+    if (e->fmt != WF_F32 && e->fmt != WF_BF16 && e->fmt != WF_INT8) {
+        wu_errf(err, cap, "tensor embed: format %s is not supported by this engine yet", wf_name(e->fmt)); return WASTE_E_UNSUPPORTED;
+    }
+    ctx->embed = e;
+    B(bind_vec(ctx, &ctx->final_norm, "final_norm", H, 0, err, cap));
+    B(bind_mat(ctx, &ctx->lm_head, "lm_head", V, H, err, cap));
+    char n[128];
+#define NM(fmt_) (snprintf(n, sizeof n, "blk.%u." fmt_, l), n)
+    for (uint32_t l = 0; l < c->n_layers; l++) {
+        wm_layer *L = &ctx->layers[l];
+        L->is_mla = c->is_mla[l]; L->is_moe = c->is_moe[l]; L->bank = ctx->c.bank_of_layer[l];
+        B(bind_vec(ctx, &L->attn_norm, NM("attn_norm"), H, 0, err, cap));
+        B(bind_vec(ctx, &L->ffn_norm, NM("ffn_norm"), H, 0, err, cap));
+        if (!L->is_mla) {
+            B(bind_mat(ctx, &L->q_proj, NM("kda.q_proj"), hd, H, err, cap));
+            B(bind_mat(ctx, &L->k_proj, NM("kda.k_proj"), hd, H, err, cap));
+            B(bind_mat(ctx, &L->v_proj, NM("kda.v_proj"), hd, H, err, cap));
+            B(bind_vec(ctx, &L->conv[0], NM("kda.q_conv"), hd, c->conv_k, err, cap));
+            B(bind_vec(ctx, &L->conv[1], NM("kda.k_conv"), hd, c->conv_k, err, cap));
+            B(bind_vec(ctx, &L->conv[2], NM("kda.v_conv"), hd, c->conv_k, err, cap));
+            B(bind_vec(ctx, &L->a_log, NM("kda.a_log"), c->kda_heads, 0, err, cap));
+            B(bind_vec(ctx, &L->dt_bias, NM("kda.dt_bias"), hd, 0, err, cap));
+            B(bind_mat(ctx, &L->f_a, NM("kda.f_a"), d, H, err, cap));
+            B(bind_mat(ctx, &L->f_b, NM("kda.f_b"), hd, d, err, cap));
+            B(bind_mat(ctx, &L->b_proj, NM("kda.b_proj"), c->kda_heads, H, err, cap));
+            B(bind_mat(ctx, &L->g_a, NM("kda.g_a"), d, H, err, cap));
+            B(bind_mat(ctx, &L->g_b, NM("kda.g_b"), hd, d, err, cap));
+            B(bind_vec(ctx, &L->o_norm, NM("kda.o_norm"), d, 0, err, cap));
+            B(bind_mat(ctx, &L->o_proj, NM("kda.o_proj"), H, hd, err, cap));
+        } else {
+            uint64_t qh = (uint64_t)c->mla_heads * (c->d_nope + c->d_rope);
+            if (c->q_rank) {
+                B(bind_mat(ctx, &L->mq_a, NM("mla.q_a"), c->q_rank, H, err, cap));
+                B(bind_vec(ctx, &L->q_a_norm, NM("mla.q_a_norm"), c->q_rank, 0, err, cap));
+                B(bind_mat(ctx, &L->mq_b, NM("mla.q_b"), qh, c->q_rank, err, cap));
+            } else {
+                B(bind_mat(ctx, &L->mq, NM("mla.q_proj"), qh, H, err, cap));
+            }
+            B(bind_mat(ctx, &L->kv_a, NM("mla.kv_a"), c->kv_rank + c->d_rope, H, err, cap));
+            B(bind_vec(ctx, &L->kv_a_norm, NM("mla.kv_a_norm"), c->kv_rank, 0, err, cap));
+            B(bind_mat(ctx, &L->kv_b, NM("mla.kv_b"), (uint64_t)c->mla_heads * (c->d_nope + c->d_v), c->kv_rank, err, cap));
+            B(bind_mat(ctx, &L->mo, NM("mla.o_proj"), H, (uint64_t)c->mla_heads * c->d_v, err, cap));
+        }
+        if (!L->is_moe) {
+            B(bind_mat(ctx, &L->gate, NM("ffn.gate"), c->inter, H, err, cap));
+            B(bind_mat(ctx, &L->up, NM("ffn.up"), c->inter, H, err, cap));
+            B(bind_mat(ctx, &L->down, NM("ffn.down"), H, c->inter, err, cap));
+            L->has_ffn = 1;
+        } else {
+            const float *rw;
+            B(bind_vec(ctx, &rw, NM("moe.router"), c->n_experts, H, err, cap));
+            L->router = (wm_mat){WF_F32, 0, c->n_experts, (uint32_t)H, H * 4, (const uint8_t *)rw};
+            B(bind_vec(ctx, &L->router_bias, NM("moe.router_bias"), c->n_experts, 0, err, cap));
+            if (c->n_shared) {
+                uint64_t w = (uint64_t)c->moe_inter * c->n_shared;
+                B(bind_mat(ctx, &L->gate, NM("moe.shared_gate"), w, H, err, cap));
+                B(bind_mat(ctx, &L->up, NM("moe.shared_up"), w, H, err, cap));
+                B(bind_mat(ctx, &L->down, NM("moe.shared_down"), H, w, err, cap));
+                L->has_ffn = 1;
+            }
+            const wc_bank *bk = &ctx->c.banks[L->bank];
+            if (bk->fmt != WF_F32 && bk->fmt != WF_BF16 && bk->fmt != WF_INT8) {
+                wu_errf(err, cap, "%s: expert format %s is not supported by this engine yet", bk->path, wf_name(bk->fmt));
+                return WASTE_E_UNSUPPORTED;
+            }
+        }
+    }
+#undef NM
+    return WASTE_OK;
+}
+
+/* Parameters are trained weights: the router's selection bias is a buffer, not counted. */
+static int is_param(const wc_tensor *t) { return !strstr(t->name, ".moe.router_bias"); }
+
+uint64_t wm_params_total(const waste_ctx *ctx) {
+    uint64_t n = 0;
+    for (uint32_t i = 0; i < ctx->c.n_tensors; i++) {
+        const wc_tensor *t = &ctx->c.tensors[i];
+        if (!is_param(t)) continue;
+        n += t->ndim == 2 ? t->shape[0] * t->shape[1] : t->shape[0];
+    }
+    const wc_config *c = &ctx->c.cfg;
+    n += (uint64_t)c->n_moe * c->n_experts * 3ull * c->hidden * c->moe_inter;
+    return n;
+}
+
+uint64_t wm_params_active(const waste_ctx *ctx) {
+    uint64_t n = 0;
+    for (uint32_t i = 0; i < ctx->c.n_tensors; i++) {
+        const wc_tensor *t = &ctx->c.tensors[i];
+        if (!strcmp(t->name, "embed") || !is_param(t)) continue;
+        n += t->ndim == 2 ? t->shape[0] * t->shape[1] : t->shape[0];
+    }
+    const wc_config *c = &ctx->c.cfg;
+    n += (uint64_t)c->n_moe * c->top_k * 3ull * c->hidden * c->moe_inter;
+    return n;
+}
+
+/* ==== state ======================================================================== */
+int32_t wm_alloc_state(waste_ctx *ctx, char *err, uint64_t cap) {
+    const wc_config *c = &ctx->c.cfg;
+    uint32_t L = c->n_layers, T = ctx->ctx_tokens, chunk = ctx->prefill_chunk;
+    uint64_t hd = (uint64_t)c->kda_heads * c->kda_dim;
+    ctx->ids = calloc(T, sizeof(int32_t));
+    ctx->conv = calloc(L, sizeof(float *));
+    ctx->S = calloc(L, sizeof(float *));
+    ctx->lat = calloc(L, sizeof(float *));
+    if (!ctx->ids || !ctx->conv || !ctx->S || !ctx->lat) goto oom;
+    for (uint32_t l = 0; l < L; l++) {
+        if (!c->is_mla[l]) {
+            ctx->conv[l] = calloc(3 * hd * (c->conv_k - 1) + 1, sizeof(float));
+            ctx->S[l] = calloc((uint64_t)c->kda_heads * c->kda_dim * c->kda_dim, sizeof(float));
+            if (!ctx->conv[l] || !ctx->S[l]) goto oom;
+        } else {
+            ctx->lat[l] = calloc((uint64_t)T * (c->kv_rank + c->d_rope), sizeof(float));
+            if (!ctx->lat[l]) goto oom;
+        }
+    }
+    ctx->maxw = max_width(c);
+    ctx->xs = calloc((uint64_t)chunk * c->hidden, sizeof(float));
+    ctx->xn = calloc((uint64_t)chunk * c->hidden, sizeof(float));
+    ctx->acc = calloc((uint64_t)chunk * c->hidden, sizeof(float));
+    ctx->scores = calloc(T, sizeof(float));
+    ctx->logits = calloc(c->vocab, sizeof(float));
+    ctx->sample_pairs = calloc(c->vocab, 8);   /* struct ws_pair is {float, int32_t} */
+    ctx->sel = calloc((uint64_t)chunk * MAX(c->top_k, 1), sizeof(int32_t));
+    ctx->selw = calloc((uint64_t)chunk * MAX(c->top_k, 1), sizeof(float));
+    ctx->expert_used = calloc(MAX(c->n_experts, 1), 1);
+    ctx->row_tmp = calloc(wf_row_bytes(ctx->embed->fmt, ctx->embed->group, c->hidden) + 64, 1);
+    if (!ctx->xs || !ctx->xn || !ctx->acc || !ctx->scores || !ctx->logits || !ctx->sample_pairs ||
+        !ctx->sel || !ctx->selw || !ctx->expert_used || !ctx->row_tmp) goto oom;
+    for (int i = 0; i < 12; i++) if (!(ctx->buf[i] = calloc(ctx->maxw, sizeof(float)))) goto oom;
+    return WASTE_OK;
+oom:
+    wu_errf(err, cap, "out of memory allocating state and scratch");
+    return WASTE_E_NOMEM;
+}
+
+void wm_free_state(waste_ctx *ctx) {
+    uint32_t L = ctx->c.cfg.n_layers;
+    for (uint32_t l = 0; l < L; l++) {
+        if (ctx->conv) free(ctx->conv[l]);
+        if (ctx->S) free(ctx->S[l]);
+        if (ctx->lat) free(ctx->lat[l]);
+    }
+    free(ctx->conv); free(ctx->S); free(ctx->lat); free(ctx->ids);
+    free(ctx->xs); free(ctx->xn); free(ctx->acc); free(ctx->scores); free(ctx->logits);
+    free(ctx->sample_pairs); free(ctx->sel); free(ctx->selw); free(ctx->expert_used); free(ctx->row_tmp);
+    for (int i = 0; i < 12; i++) free(ctx->buf[i]);
+}
+
+void wm_reset_state(waste_ctx *ctx) {
+    const wc_config *c = &ctx->c.cfg;
+    uint64_t hd = (uint64_t)c->kda_heads * c->kda_dim;
+    for (uint32_t l = 0; l < c->n_layers; l++) {
+        if (!c->is_mla[l]) {
+            memset(ctx->conv[l], 0, (3 * hd * (c->conv_k - 1)) * sizeof(float));
+            memset(ctx->S[l], 0, (uint64_t)c->kda_heads * c->kda_dim * c->kda_dim * sizeof(float));
+        }
+    }
+    ctx->pos = 0;
+    ctx->has_logits = 0;
+}
+
+/* ==== math helpers (f32) =========================================================== */
+static float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
+static float siluf_(float x) { return x * sigmoidf_(x); }
+
+/* y = w ⊙ x / sqrt(mean(x²) + eps); x and y may alias. */
+static void rmsnorm(float *y, const float *x, const float *w, uint32_t n, float eps) {
+    float ss = 0.0f;
+    for (uint32_t i = 0; i < n; i++) ss += x[i] * x[i];
+    float r = 1.0f / sqrtf(ss / (float)n + eps);
+    for (uint32_t i = 0; i < n; i++) y[i] = w[i] * (x[i] * r);
+}
+
+typedef struct { const wk_kernels *k; const wm_mat *m; const float *x; float *y; } mv_job;
+
+static void mv_rows(void *arg, uint32_t b, uint32_t e) {
+    mv_job *j = arg;
+    for (uint32_t r = b; r < e; r++) j->y[r] = wk_dot_row(j->k, j->m, r, j->x);
+}
+
+/* y[rows] = M·x; y must not alias x. */
+static void matvec(waste_ctx *ctx, const wm_mat *m, const float *x, float *y) {
+    mv_job j = {ctx->k, m, x, y};
+    if ((uint64_t)m->rows * m->cols >= 4096 && wp_size(ctx->pool) > 1) wp_run(ctx->pool, m->rows, mv_rows, &j);
+    else mv_rows(&j, 0, m->rows);
+}
+
+/* ==== KDA ========================================================================== */
+static void kda_step(waste_ctx *ctx, uint32_t l, const float *xn, float *out) {
+    const wc_config *c = &ctx->c.cfg;
+    const wm_layer *L = &ctx->layers[l];
+    uint32_t Hk = c->kda_heads, d = c->kda_dim, hd = Hk * d, K = c->conv_k;
+    float *p[3] = {ctx->buf[0], ctx->buf[1], ctx->buf[2]};   /* q, k, v: [hd] */
+    float *fa = ctx->buf[3], *g = ctx->buf[4], *beta = ctx->buf[5], *z = ctx->buf[6], *y = ctx->buf[7];
+    float *r = ctx->buf[8], *delta = ctx->buf[9];
+    matvec(ctx, &L->q_proj, xn, p[0]);
+    matvec(ctx, &L->k_proj, xn, p[1]);
+    matvec(ctx, &L->v_proj, xn, p[2]);
+    /* Short conv over the last K-1 pre-conv inputs plus the current one, then SiLU. */
+    for (int ch = 0; ch < 3; ch++) {
+        float *st = ctx->conv[l] + (uint64_t)ch * hd * (K - 1);
+        const float *w = L->conv[ch];
+        for (uint32_t i = 0; i < hd; i++) {
+            float *s = st + (uint64_t)i * (K - 1);
+            float u = 0.0f;
+            for (uint32_t j = 0; j + 1 < K; j++) u += w[(uint64_t)i * K + j] * s[j];
+            u += w[(uint64_t)i * K + K - 1] * p[ch][i];
+            for (uint32_t j = 0; j + 2 < K; j++) s[j] = s[j + 1];
+            if (K > 1) s[K - 2] = p[ch][i];
+            p[ch][i] = siluf_(u);
+        }
+    }
+    float *q = p[0], *k = p[1], *v = p[2];
+    float qscale = 1.0f / sqrtf((float)d);
+    for (uint32_t h = 0; h < Hk; h++) {
+        float sq = 0.0f, sk = 0.0f;
+        for (uint32_t i = 0; i < d; i++) { sq += q[h * d + i] * q[h * d + i]; sk += k[h * d + i] * k[h * d + i]; }
+        float nq = sqrtf(sq + c->l2_eps), nk = sqrtf(sk + c->l2_eps);
+        for (uint32_t i = 0; i < d; i++) { q[h * d + i] = q[h * d + i] / nq * qscale; k[h * d + i] = k[h * d + i] / nk; }
+    }
+    /* Per-channel decay gate g = -exp(A_log[h]) * softplus(f_b(f_a x) + dt_bias). */
+    matvec(ctx, &L->f_a, xn, fa);
+    matvec(ctx, &L->f_b, fa, g);
+    for (uint32_t i = 0; i < hd; i++) {
+        float a = g[i] + L->dt_bias[i];
+        float sp = a > 20.0f ? a : logf(1.0f + expf(a));
+        g[i] = -expf(L->a_log[i / d]) * sp;
+    }
+    matvec(ctx, &L->b_proj, xn, beta);
+    for (uint32_t h = 0; h < Hk; h++) beta[h] = sigmoidf_(beta[h]);
+    matvec(ctx, &L->g_a, xn, fa);
+    matvec(ctx, &L->g_b, fa, z);
+    /* Delta rule per head, decay first. S: [d keys][d values]. */
+    for (uint32_t h = 0; h < Hk; h++) {
+        float *S = ctx->S[l] + (uint64_t)h * d * d;
+        const float *kh = k + h * d, *qh = q + h * d, *vh = v + h * d, *gh = g + h * d;
+        for (uint32_t i = 0; i < d; i++) {
+            float e = expf(gh[i]);
+            for (uint32_t j = 0; j < d; j++) S[i * d + j] *= e;
+        }
+        for (uint32_t j = 0; j < d; j++) r[j] = 0.0f;
+        for (uint32_t i = 0; i < d; i++)
+            for (uint32_t j = 0; j < d; j++) r[j] += S[i * d + j] * kh[i];
+        for (uint32_t j = 0; j < d; j++) delta[j] = (vh[j] - r[j]) * beta[h];
+        for (uint32_t i = 0; i < d; i++)
+            for (uint32_t j = 0; j < d; j++) S[i * d + j] += kh[i] * delta[j];
+        float *o = y + h * d;
+        for (uint32_t j = 0; j < d; j++) o[j] = 0.0f;
+        for (uint32_t i = 0; i < d; i++)
+            for (uint32_t j = 0; j < d; j++) o[j] += S[i * d + j] * qh[i];
+        rmsnorm(o, o, L->o_norm, d, c->rms_eps);
+        for (uint32_t j = 0; j < d; j++) o[j] *= sigmoidf_(z[h * d + j]);
+    }
+    matvec(ctx, &L->o_proj, y, out);
+}
+
+/* ==== MLA (NoPE, latent cache, kv_b absorbed) ====================================== */
+static void mla_step(waste_ctx *ctx, uint32_t l, const float *xn, uint64_t pos, float *out) {
+    const wc_config *c = &ctx->c.cfg;
+    const wm_layer *L = &ctx->layers[l];
+    uint32_t nh = c->mla_heads, dn = c->d_nope, dr = c->d_rope, dv = c->d_v, r = c->kv_rank, lw = r + dr;
+    float *q = ctx->buf[0], *qa = ctx->buf[1], *ckv = ctx->buf[2], *qabs = ctx->buf[3], *ctxc = ctx->buf[4];
+    float *o = ctx->buf[5], *row = ctx->buf[6];
+    if (c->q_rank) {
+        matvec(ctx, &L->mq_a, xn, qa);
+        rmsnorm(qa, qa, L->q_a_norm, c->q_rank, c->mla_eps);
+        matvec(ctx, &L->mq_b, qa, q);
+    } else {
+        matvec(ctx, &L->mq, xn, q);
+    }
+    matvec(ctx, &L->kv_a, xn, ckv);
+    float *lat = ctx->lat[l];
+    float *cur = lat + pos * lw;
+    rmsnorm(cur, ckv, L->kv_a_norm, r, c->mla_eps);
+    memcpy(cur + r, ckv + r, dr * sizeof(float));
+    float scale = 1.0f / sqrtf((float)(dn + dr));
+    for (uint32_t h = 0; h < nh; h++) {
+        const float *qn = q + (uint64_t)h * (dn + dr), *qr = qn + dn;
+        /* q_n · (W_kn c) = (W_knᵀ q_n) · c: fold the nope rows of kv_b into the query. */
+        for (uint32_t j = 0; j < r; j++) qabs[j] = 0.0f;
+        for (uint32_t i = 0; i < dn; i++) {
+            wk_decode_row(&L->kv_b, h * (dn + dv) + i, row);
+            float qi = qn[i];
+            for (uint32_t j = 0; j < r; j++) qabs[j] += qi * row[j];
+        }
+        float mx = -INFINITY;
+        for (uint64_t t = 0; t <= pos; t++) {
+            const float *lt = lat + t * lw;
+            float s = ctx->k->dot_f32(qabs, lt, r) + (dr ? ctx->k->dot_f32(qr, lt + r, dr) : 0.0f);
+            s *= scale;
+            ctx->scores[t] = s;
+            if (s > mx) mx = s;
+        }
+        float sum = 0.0f;
+        for (uint64_t t = 0; t <= pos; t++) { ctx->scores[t] = expf(ctx->scores[t] - mx); sum += ctx->scores[t]; }
+        for (uint32_t j = 0; j < r; j++) ctxc[j] = 0.0f;
+        for (uint64_t t = 0; t <= pos; t++) {
+            float pt = ctx->scores[t] / sum;
+            const float *lt = lat + t * lw;
+            for (uint32_t j = 0; j < r; j++) ctxc[j] += pt * lt[j];
+        }
+        for (uint32_t i = 0; i < dv; i++) o[h * dv + i] = wk_dot_row(ctx->k, &L->kv_b, h * (dn + dv) + dn + i, ctxc);
+    }
+    matvec(ctx, &L->mo, o, out);
+}
+
+/* ==== FFN ========================================================================== */
+/* y = down(silu(gate x) ⊙ up x) */
+static void swiglu(waste_ctx *ctx, const wm_mat *gate, const wm_mat *up, const wm_mat *down, const float *x, float *y) {
+    float *g = ctx->buf[9], *u = ctx->buf[10];
+    matvec(ctx, gate, x, g);
+    matvec(ctx, up, x, u);
+    for (uint32_t i = 0; i < gate->rows; i++) g[i] = siluf_(g[i]) * u[i];
+    matvec(ctx, down, g, y);
+}
+
+static void route(waste_ctx *ctx, const wm_layer *L, const float *xn, int32_t *sel, float *w) {
+    const wc_config *c = &ctx->c.cfg;
+    float *s = ctx->buf[11];
+    matvec(ctx, &L->router, xn, s);
+    for (uint32_t e = 0; e < c->n_experts; e++) s[e] = sigmoidf_(s[e]);
+    /* Top-k by s + bias, ties to the lower id; the bias only selects. */
+    for (uint32_t j = 0; j < c->top_k; j++) {
+        int32_t best = -1; float bv = 0.0f;
+        for (uint32_t e = 0; e < c->n_experts; e++) {
+            int taken = 0;
+            for (uint32_t t = 0; t < j; t++) if (sel[t] == (int32_t)e) { taken = 1; break; }
+            if (taken) continue;
+            float v = s[e] + L->router_bias[e];
+            if (best < 0 || v > bv) { best = (int32_t)e; bv = v; }
+        }
+        sel[j] = best;
+    }
+    float sum = 0.0f;
+    for (uint32_t j = 0; j < c->top_k; j++) { w[j] = s[sel[j]]; sum += w[j]; }
+    for (uint32_t j = 0; j < c->top_k; j++) {
+        if (c->renorm) w[j] /= (sum + 1e-20f);
+        w[j] *= c->routed_scale;
+    }
+}
+
+static int32_t moe_chunk(waste_ctx *ctx, uint32_t l, uint32_t n) {
+    const wc_config *c = &ctx->c.cfg;
+    const wm_layer *L = &ctx->layers[l];
+    uint32_t H = c->hidden, k = c->top_k;
+    float *y = ctx->buf[8];
+    memset(ctx->expert_used, 0, c->n_experts);
+    for (uint32_t t = 0; t < n; t++) {
+        route(ctx, L, ctx->xn + (uint64_t)t * H, ctx->sel + (uint64_t)t * k, ctx->selw + (uint64_t)t * k);
+        for (uint32_t j = 0; j < k; j++) ctx->expert_used[ctx->sel[(uint64_t)t * k + j]] = 1;
+        memset(ctx->acc + (uint64_t)t * H, 0, H * sizeof(float));
+    }
+    const wc_bank *b = &ctx->c.banks[L->bank];
+    /* Ascending expert id: every token accumulates its experts in id order. */
+    for (uint32_t e = 0; e < c->n_experts; e++) {
+        if (!ctx->expert_used[e]) continue;
+        const uint8_t *rec;
+        int32_t st = we_get(ctx, (uint32_t)L->bank, e, &rec);
+        if (st) return st;
+        const uint8_t *body = rec + 256;
+        wm_mat mg = {b->fmt, b->group, b->rows[0], b->cols[0], wf_row_bytes(b->fmt, b->group, b->cols[0]), body + b->block_off[0]};
+        wm_mat mu = {b->fmt, b->group, b->rows[1], b->cols[1], wf_row_bytes(b->fmt, b->group, b->cols[1]), body + b->block_off[1]};
+        wm_mat md = {b->fmt, b->group, b->rows[2], b->cols[2], wf_row_bytes(b->fmt, b->group, b->cols[2]), body + b->block_off[2]};
+        for (uint32_t t = 0; t < n; t++) {
+            for (uint32_t j = 0; j < k; j++) {
+                if (ctx->sel[(uint64_t)t * k + j] != (int32_t)e) continue;
+                float w = ctx->selw[(uint64_t)t * k + j];
+                swiglu(ctx, &mg, &mu, &md, ctx->xn + (uint64_t)t * H, y);
+                float *a = ctx->acc + (uint64_t)t * H;
+                for (uint32_t i = 0; i < H; i++) a[i] += y[i] * w;
+            }
+        }
+        we_unpin_all(&ctx->cache);
+    }
+    for (uint32_t t = 0; t < n; t++) {
+        float *a = ctx->acc + (uint64_t)t * H;
+        if (L->has_ffn) {
+            swiglu(ctx, &L->gate, &L->up, &L->down, ctx->xn + (uint64_t)t * H, y);
+            for (uint32_t i = 0; i < H; i++) a[i] += y[i];
+        }
+        float *x = ctx->xs + (uint64_t)t * H;
+        for (uint32_t i = 0; i < H; i++) x[i] += a[i];
+    }
+    return WASTE_OK;
+}
+
+/* ==== forward ====================================================================== */
+int32_t wm_forward(waste_ctx *ctx, const int32_t *ids, uint32_t n, int want_logits) {
+    const wc_config *c = &ctx->c.cfg;
+    uint32_t H = c->hidden;
+    double t0 = wu_now_ms();
+    for (uint32_t t = 0; t < n; t++) {
+        int32_t st = wc_read_embed_row(&ctx->c, ctx->embed, (uint32_t)ids[t], ctx->row_tmp, ctx->xs + (uint64_t)t * H,
+                                       ctx->err, sizeof ctx->err);
+        if (st) return st;
+    }
+    /* The mixer output borrows acc's first row: the FFN refills acc only after the mixers. */
+    float *mix = ctx->acc;
+    for (uint32_t l = 0; l < c->n_layers; l++) {
+        const wm_layer *L = &ctx->layers[l];
+        for (uint32_t t = 0; t < n; t++) {
+            float *x = ctx->xs + (uint64_t)t * H, *xin = ctx->xn, *o = mix;
+            rmsnorm(xin, x, L->attn_norm, H, c->rms_eps);
+            if (L->is_mla) mla_step(ctx, l, xin, ctx->pos + t, o);
+            else kda_step(ctx, l, xin, o);
+            for (uint32_t i = 0; i < H; i++) x[i] += o[i];
+        }
+        for (uint32_t t = 0; t < n; t++)
+            rmsnorm(ctx->xn + (uint64_t)t * H, ctx->xs + (uint64_t)t * H, L->ffn_norm, H, c->rms_eps);
+        if (L->is_moe) {
+            int32_t st = moe_chunk(ctx, l, n);
+            if (st) return st;
+        } else {
+            for (uint32_t t = 0; t < n; t++) {
+                float *y = ctx->buf[8];
+                swiglu(ctx, &L->gate, &L->up, &L->down, ctx->xn + (uint64_t)t * H, y);
+                float *x = ctx->xs + (uint64_t)t * H;
+                for (uint32_t i = 0; i < H; i++) x[i] += y[i];
+            }
+        }
+    }
+    for (uint32_t t = 0; t < n; t++) ctx->ids[ctx->pos + t] = ids[t];
+    ctx->pos += n;
+    if (want_logits) {
+        float *h = ctx->buf[0];
+        rmsnorm(h, ctx->xs + (uint64_t)(n - 1) * H, ctx->final_norm, H, c->rms_eps);
+        matvec(ctx, &ctx->lm_head, h, ctx->logits);
+        ctx->has_logits = 1;
+    } else {
+        ctx->has_logits = 0;
+    }
+    atomic_fetch_add(&ctx->st_tokens, n);
+    atomic_fetch_add(&ctx->st_compute_us, (uint64_t)((wu_now_ms() - t0) * 1000.0));
+    return WASTE_OK;
+}

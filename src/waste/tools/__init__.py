@@ -1,0 +1,1 @@
+"""Offline tools around libwaste: container writer, checkpoint converter, logit eval."""
