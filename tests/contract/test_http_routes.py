@@ -7,7 +7,7 @@ import socket
 import httpx
 import pytest
 
-from tests.contract.serving import fake, running, state_of
+from tests.contract.serving import fake, running
 from waste.app import Settings
 
 

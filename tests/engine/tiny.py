@@ -129,8 +129,6 @@ def dequantized(values, dtype: str):
 def quantized_twin(torch_stack, hf_dir: Path, dtype: str):
     """The checkpoint's model with every matrix the converter quantizes replaced by its
     dequantized value (router, norms, conv taps, A_log and dt_bias stay f32)."""
-    import numpy as np
-
     torch, transformers = torch_stack
     model = transformers.KimiLinearForCausalLM.from_pretrained(hf_dir).eval()
     with torch.no_grad():

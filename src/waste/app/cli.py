@@ -107,7 +107,6 @@ async def _serve(settings: Settings) -> int:
     exit_code = 0
 
     async def shutdown_trigger() -> None:
-        nonlocal exit_code
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async with trio.open_nursery() as nursery:
                 async def load_watch():

@@ -19,6 +19,7 @@ from waste.domain.requests_fields import (
     missing,
     optional_bool,
     optional_object,
+    parse_function_name,
     parse_include_usage,
     parse_only_one,
     parse_seed,
@@ -53,7 +54,22 @@ RESPONSE_FORMAT_TYPES = ("text", "json_object", "json_schema")
 
 
 @attrs.frozen(kw_only=True)
-class ChatRequest:
+class GenerationFields:
+    """The sampling, stopping and streaming fields both completion routes share."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    max_tokens: int | None = None
+    stop: tuple[str, ...] = ()
+    stream: bool = False
+    include_usage: bool = False
+    logprobs: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class ChatRequest(GenerationFields):
     """A validated `/v1/chat/completions` request, normalised for the renderers.
 
     Attributes:
@@ -84,33 +100,15 @@ class ChatRequest:
     tool_choice: str | None = None
     tool_choice_function: str | None = None
     response_format: dict | None = None
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    seed: int | None = None
-    max_tokens: int | None = None
-    stop: tuple[str, ...] = ()
-    stream: bool = False
-    include_usage: bool = False
-    logprobs: bool = False
     thinking: ThinkingChoice = ThinkingChoice()
     image_parts: tuple[ImagePart, ...] = ()
 
 
 @attrs.frozen(kw_only=True)
-class CompletionRequest:
+class CompletionRequest(GenerationFields):
     """A validated `/v1/completions` request (http.md §2.6); fields as in `ChatRequest`."""
 
     prompt: str
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    seed: int | None = None
-    max_tokens: int | None = None
-    stop: tuple[str, ...] = ()
-    stream: bool = False
-    include_usage: bool = False
-    logprobs: bool = False
 
 
 def parse_chat_request(body: dict) -> ChatRequest:
@@ -191,16 +189,7 @@ def parse_tools(value: object) -> tuple[dict, ...] | None:
         function = tool.get("function")
         if function is None:
             raise missing(f"{path}.function", "a function tool needs a function object")
-        if type(function) is not dict:
-            raise wrong_type(f"{path}.function", "an object", function)
-        name = function.get("name")
-        if name is None:
-            raise missing(f"{path}.function.name", "a function needs a name")
-        if type(name) is not str:
-            raise wrong_type(f"{path}.function.name", "a string", name)
-        if not name:
-            param = f"{path}.function.name"
-            raise InvalidRequest(f"{param} must not be empty.", param, INVALID_VALUE)
+        parse_function_name(function, path, "a function needs a name")
         description = function.get("description")
         if description is not None and type(description) is not str:
             raise wrong_type(f"{path}.function.description", "a string", description)

@@ -44,6 +44,24 @@ def missing(param: str, what: str) -> InvalidRequest:
     return InvalidRequest(f"{param} is required: {what}.", param, MISSING)
 
 
+def parse_function_name(function: object, path: str, what: str) -> str:
+    """The non-empty ``name`` of a tool's or tool call's ``function`` object at ``path``.
+
+    ``what`` completes the missing-name message (e.g. "a function needs a name").
+    """
+    if type(function) is not dict:
+        raise wrong_type(f"{path}.function", "an object", function)
+    name = function.get("name")
+    param = f"{path}.function.name"
+    if name is None:
+        raise missing(param, what)
+    if type(name) is not str:
+        raise wrong_type(param, "a string", name)
+    if not name:
+        raise InvalidRequest(f"{param} must not be empty.", param, INVALID_VALUE)
+    return name
+
+
 def shorten(value: object, limit: int = 40) -> str:
     """repr() of a client value, cut short so an error message never carries a whole payload."""
     if type(value) is str and len(value) > limit:

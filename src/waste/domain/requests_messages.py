@@ -15,6 +15,7 @@ from waste.domain.requests_fields import (
     INVALID_VALUE,
     UNSUPPORTED,
     missing,
+    parse_function_name,
     optional_str,
     shorten,
     wrong_type,
@@ -200,16 +201,7 @@ def _parse_tool_call(call: object, path: str) -> dict:
     if function is None:
         # http.md §2.3: a missing `function` is reported on the name it fails to supply.
         raise missing(f"{path}.function.name", "a tool call needs a function name")
-    if type(function) is not dict:
-        raise wrong_type(f"{path}.function", "an object", function)
-    name = function.get("name")
-    if name is None:
-        raise missing(f"{path}.function.name", "a tool call needs a function name")
-    if type(name) is not str:
-        raise wrong_type(f"{path}.function.name", "a string", name)
-    if not name:
-        param = f"{path}.function.name"
-        raise InvalidRequest(f"{param} must not be empty.", param, INVALID_VALUE)
+    name = parse_function_name(function, path, "a tool call needs a function name")
     fn_out: dict = {"name": name}
     arguments = function.get("arguments")
     if arguments is not None:
