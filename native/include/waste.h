@@ -61,7 +61,7 @@ extern "C" {
 
 /* WASTE_CDEF_BEGIN */
 
-#define WASTE_API_VERSION 1
+#define WASTE_API_VERSION 2
 
 /* Status codes (engine.md §1). */
 typedef enum {
@@ -111,7 +111,13 @@ typedef struct {
     int32_t verify;             /* [0] crc32 of every record read */
     int32_t vision;             /* [0] non-zero returns E_UNSUPPORTED for now */
     int32_t exclusive_open;     /* [0] flock on the container directory */
-    const char *usage_path;     /* [NULL = <container>/usage.waste; "" = none] */
+    const char *usage_path;     /* [NULL = <container>/usage.waste; "" = none] the hotlist
+                                 * (docs/FORMAT.md §8): read at open if it exists, a hint
+                                 * only (a bad header, fingerprint or size ignores it, bad
+                                 * entries are skipped, never an open failure; see
+                                 * waste_stats.usage_note); its counts are merged and the
+                                 * hottest experts warm the slots. Also save_usage's default
+                                 * target. Copied at open. */
     uint32_t prefill_chunk;     /* [0 -> 64; 1 = token by token] */
     uint32_t io_threads;        /* [0] non-zero returns E_UNSUPPORTED for now */
     uint32_t lookahead;         /* [0] non-zero returns E_UNSUPPORTED for now */
@@ -215,19 +221,30 @@ typedef struct {
     uint32_t struct_size;
     int32_t direct_io;          /* 1 only if every bank bypasses the page cache */
     uint64_t tokens;            /* tokens evaluated */
-    uint64_t hits;
-    uint64_t misses;
+    uint64_t hits;              /* expert accesses served from a slot */
+    uint64_t misses;            /* expert accesses that read a record */
     uint64_t reads;
-    uint64_t bytes_read;
-    uint64_t warm_bytes;
+    uint64_t bytes_read;        /* by misses (warming is counted in warm_bytes only) */
+    uint64_t warm_bytes;        /* records read at open to warm the slots from the hotlist */
     double compute_s;
     double io_s;
     uint64_t budget_bytes;
-    uint64_t allocated_bytes;
-    uint64_t peak_bytes;
+    uint64_t allocated_bytes;   /* engine buffers held now: trunk, state (incl. the expert
+                                 * tables), scratch, expert slots, plus any transient buffer;
+                                 * measured at the allocation sites. Right after open it
+                                 * equals the plan's floor - min cache + slots * record. */
+    uint64_t peak_bytes;        /* high-water mark of allocated_bytes since open, including
+                                 * transient buffers (O_DIRECT probe, hotlist load/ranking,
+                                 * generated pieces). Not counted: the tokenizer's tables and
+                                 * per-call tokenize scratch, and small fixed bookkeeping. */
     uint64_t slots_total;
     uint64_t slots_used;
     char io_note[160];          /* why direct_io is 0; empty otherwise */
+    uint64_t usage_entries;     /* hotlist entries merged at open */
+    uint64_t usage_skipped;     /* hotlist entries skipped (no such MoE layer/expert, count 0) */
+    uint64_t warm_slots;        /* slots warmed at open (warm_bytes in records) */
+    char usage_note[160];       /* why the hotlist was ignored or entries skipped; empty when
+                                 * it was read cleanly, absent, or usage_path is "" */
 } waste_stats;
 
 /* Static calls: safe from any thread. */
@@ -277,6 +294,13 @@ int32_t waste_snapshot_size(waste_ctx *ctx, uint64_t *size);
 int32_t waste_snapshot_save(waste_ctx *ctx, void *buf, uint64_t cap, uint64_t *n_out);
 int32_t waste_snapshot_load(waste_ctx *ctx, const void *buf, uint64_t len);
 
+/* Writes the access counts (those merged from the hotlist at open plus this ctx's: one per
+ * token, layer and routed expert in decode, one per distinct expert per prefill chunk and
+ * layer) to `path` in docs/FORMAT.md §8 layout, via a temporary file in the same directory
+ * renamed over it. path NULL = cfg.usage_path (its container default when that was NULL);
+ * when cfg.usage_path was "" a NULL path writes nothing and returns OK. An empty path is
+ * E_ARG; a failure to write or rename is E_IO, the detail naming the file. Saving twice
+ * writes the same merged counts (the file is not re-read). */
 int32_t waste_save_usage(waste_ctx *ctx, const char *path);
 
 void waste_abort(waste_ctx *ctx);

@@ -126,6 +126,16 @@ WASTE_API void waste_gen_params_init(waste_gen_params *p) {
 WASTE_API void waste_gen_result_init(waste_gen_result *p) { if (p) { memset(p, 0, sizeof *p); p->struct_size = sizeof *p; } }
 WASTE_API void waste_stats_init(waste_stats *p) { if (p) { memset(p, 0, sizeof *p); p->struct_size = sizeof *p; } }
 
+/* ==== memory accounting ============================================================ */
+/* Only the calling thread changes the counters (under the busy flag); get_stats reads them. */
+void wx_mem_add(waste_ctx *ctx, uint64_t bytes) {
+    uint64_t now = atomic_fetch_add(&ctx->mem_now, bytes) + bytes;
+    uint64_t peak = atomic_load(&ctx->mem_peak);
+    while (now > peak && !atomic_compare_exchange_weak(&ctx->mem_peak, &peak, now)) {}
+}
+
+void wx_mem_sub(waste_ctx *ctx, uint64_t bytes) { atomic_fetch_sub(&ctx->mem_now, bytes); }
+
 void wx_err(waste_ctx *ctx, const char *fmt, ...) {
     va_list ap; va_start(ap, fmt);
     vsnprintf(ctx->err, sizeof ctx->err, fmt, ap);
@@ -277,12 +287,27 @@ WASTE_API int32_t waste_open(const char *path, const waste_cfg *cfg_in, waste_ct
     st = wc_open_data(&ctx->c, cfg->direct_io, cfg->verify, ctx->io_note, sizeof ctx->io_note, err, cap);
     if (st < 0) goto fail;
     ctx->direct_all = st;
+    /* The trunk stays; the O_DIRECT probe buffer was held on top of it, then freed. */
+    wx_mem_add(ctx, ctx->c.resident_bytes);
+    wx_mem_add(ctx, ctx->c.probe_bytes);
+    wx_mem_sub(ctx, ctx->c.probe_bytes);
     st = wm_bind(ctx, err, cap);
     if (st) goto fail;
-    st = wm_alloc_state(ctx, err, cap);
+    uint64_t state_bytes = 0;
+    st = wm_alloc_state(ctx, &state_bytes, err, cap);
+    wx_mem_add(ctx, state_bytes);
     if (st) goto fail;
-    st = we_init(&ctx->cache, ctx->sizing.record, (uint32_t)ctx->sizing.slots, cfg->cache_policy, ctx->c.fingerprint);
+    st = we_init(&ctx->cache, ctx->sizing.record, (uint32_t)ctx->sizing.slots, ctx->c.n_banks, ctx->c.cfg.n_experts,
+                 cfg->cache_policy, ctx->c.fingerprint);
     if (st) { wu_errf(err, cap, "out of memory for %llu expert slots", (unsigned long long)ctx->sizing.slots); goto fail; }
+    wx_mem_add(ctx, ctx->cache.held_bytes);
+    /* The hotlist is a hint (wh_load never fails); warming reads real records, so a damaged
+     * one fails open exactly as its first use would fail a call. */
+    st = wh_set_path(ctx, cfg->usage_path, err, cap);
+    if (st) goto fail;
+    wh_load(ctx);
+    st = we_warm(ctx, err, cap);
+    if (st) goto fail;
     uint32_t nt = cfg->n_threads;
     if (cfg->cpu_list) {
         st = parse_cpu_list(cfg->cpu_list, &ctx->cpus, &ctx->n_cpus, err, cap);
@@ -302,8 +327,6 @@ WASTE_API int32_t waste_open(const char *path, const waste_cfg *cfg_in, waste_ct
     st = wp_create(nt, ctx->cpus, &ctx->pool);
     if (st) { wu_errf(err, cap, "cannot start %u threads", nt); goto fail; }
     ctx->k = wk_select(cfg->kernels);
-    ctx->allocated = ctx->sizing.floor - ctx->sizing.min_cache + ctx->sizing.slots * ctx->sizing.record;
-    ctx->peak = ctx->allocated;
     wm_reset_state(ctx);
     *out = ctx;
     return WASTE_OK;
@@ -507,6 +530,7 @@ static int32_t make_piece(waste_ctx *ctx, piece_state *ps, int32_t tok, int flus
     if (need > ps->cap) {
         uint8_t *nb = realloc(ps->buf, need);
         if (!nb) return WASTE_E_NOMEM;
+        wx_mem_add(ctx, need - ps->cap);
         ps->buf = nb; ps->cap = need;
     }
     memcpy(ps->buf, ps->hold, ps->n_hold);
@@ -584,6 +608,7 @@ WASTE_API int32_t waste_generate(waste_ctx *ctx, const int32_t *prompt, uint64_t
     }
     unpin_caller(&cp);
     free(ps.buf);
+    wx_mem_sub(ctx, ps.cap);
     r.decode_ms = wu_now_ms() - t0 - r.prefill_ms;
     if (res) *res = r;
     return leave(ctx, st);
@@ -604,8 +629,13 @@ WASTE_API int32_t waste_get_stats(waste_ctx *ctx, waste_stats *s) {
     s->direct_io = ctx->direct_all;
     snprintf(s->io_note, sizeof s->io_note, "%s", ctx->io_note);
     s->budget_bytes = ctx->sizing.budget;
-    s->allocated_bytes = ctx->allocated;
-    s->peak_bytes = ctx->peak;
+    s->allocated_bytes = atomic_load(&ctx->mem_now);
+    s->peak_bytes = atomic_load(&ctx->mem_peak);
+    s->warm_bytes = atomic_load(&ctx->st_warm_bytes);
+    s->warm_slots = ctx->warm_slots;
+    s->usage_entries = ctx->usage_entries;
+    s->usage_skipped = ctx->usage_skipped;
+    snprintf(s->usage_note, sizeof s->usage_note, "%s", ctx->usage_note);
     s->slots_total = ctx->cache.n_slots;
     s->slots_used = ctx->cache.used;
     return WASTE_OK;
@@ -705,14 +735,16 @@ WASTE_API int32_t waste_snapshot_load(waste_ctx *ctx, const void *buf, uint64_t 
     return leave(ctx, WASTE_OK);
 }
 
-/* ==== not yet implemented ========================================================== */
+/* ==== hotlist ====================================================================== */
 WASTE_API int32_t waste_save_usage(waste_ctx *ctx, const char *path) {
-    (void)path;
     ENTER(ctx);
-    wx_err(ctx, "waste_save_usage: the hotlist is not implemented yet");
-    return leave(ctx, WASTE_E_UNSUPPORTED);
+    if (ctx->tokenizer_only) { wx_err(ctx, "the ctx was opened with tokenizer_only: it counts no expert use"); return leave(ctx, WASTE_E_UNSUPPORTED); }
+    if (path && !path[0]) { wx_err(ctx, "path is empty (pass NULL for the ctx's usage_path)"); return leave(ctx, WASTE_E_ARG); }
+    if (!path && !ctx->usage_path[0]) return leave(ctx, WASTE_OK);   /* cfg.usage_path "": no usage file */
+    return leave(ctx, wh_save(ctx, path ? path : ctx->usage_path));
 }
 
+/* ==== not yet implemented ========================================================== */
 WASTE_API int32_t waste_image_add(waste_ctx *ctx, const void *rgb, uint32_t w, uint32_t h, uint32_t *n_pos) {
     (void)rgb; (void)w; (void)h;
     ENTER(ctx);

@@ -466,7 +466,7 @@ int32_t wc_open_data(wc_container *c, int direct_io, int verify, char *io_note, 
             int dfd = open(b->path, O_RDONLY | O_CLOEXEC | O_DIRECT);
             int ok = 0;
             if (dfd >= 0) {
-                if (!probe) probe = wu_aligned_alloc(4096, c->max_record_bytes);
+                if (!probe && (probe = wu_aligned_alloc(4096, c->max_record_bytes))) c->probe_bytes = c->max_record_bytes;
                 if (probe && wu_pread_full(dfd, probe, b->record_bytes, BANK_HEADER) == 0) ok = 1;
                 if (ok) { close(b->fd); b->fd = dfd; b->direct = 1; }
                 else close(dfd);

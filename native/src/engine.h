@@ -25,20 +25,30 @@ typedef struct {
     const float *router_bias;
 } wm_layer;
 
-/* Expert slots (engine.md §5); the policy is simple in v1 but the index/pin/hit fields
- * are the ones the later LFRU cache needs. */
+/* Expert slots (engine.md §5). The per-slot arrays and the (bank, expert) tables are all
+ * sized for every expert of the container (n_all), so their bytes are a fixed part of the
+ * plan's state and the budget holds exactly; only n_slots of the slot entries are used. */
 typedef struct {
     uint8_t *mem;
     uint64_t slot_bytes;
     uint32_t n_slots;
-    int32_t *layer, *expert;
+    uint32_t n_experts;             /* per bank: (bank, expert) -> bank * n_experts + expert */
+    uint64_t n_all;                 /* n_banks * n_experts */
+    int32_t *bank, *expert;         /* per slot; -1 when empty */
     uint64_t *last_use, *hits;
     uint32_t *pin;
+    int32_t *slot_of;               /* per (bank, expert): its slot or -1 */
+    uint64_t *counts;               /* per (bank, expert): accesses, merged with the hotlist */
     uint64_t tick;
     uint64_t rng;
     int32_t policy;
     atomic_uint used;               /* slots filled so far; read by waste_get_stats */
+    uint64_t held_bytes;            /* what we_init allocated (slots + tables) */
 } we_cache;
+
+/* Bytes of the expert tables for n_all (bank, expert) pairs: the slot entries plus the
+ * slot map and the access counts. Shared by the plan (state) and we_init. */
+uint64_t we_table_bytes(uint64_t n_all);
 
 typedef struct {
     uint64_t trunk, state, scratch, vision, min_cache, floor, working_set, experts;
@@ -96,7 +106,13 @@ struct waste_ctx {
     atomic_uint_least64_t st_tokens, st_hits, st_misses, st_reads, st_bytes, st_compute_us, st_io_us;
     int direct_all;
     char io_note[160];
-    uint64_t allocated, peak;
+    /* memory accounting: bytes held now and the high-water mark (engine allocations only) */
+    atomic_uint_least64_t mem_now, mem_peak;
+    /* hotlist (hotlist.c): where usage.waste lives ("" = none) and what open made of it */
+    char usage_path[1100];
+    atomic_uint_least64_t st_warm_bytes;
+    uint64_t usage_entries, usage_skipped, warm_slots;
+    char usage_note[160];
     /* per-call counters */
     uint64_t call_hits, call_misses, call_bytes;
     double call_io_ms;
@@ -106,7 +122,8 @@ struct waste_ctx {
 int32_t wm_sizing_compute(const wc_container *c, uint32_t ctx_tokens, uint32_t chunk, uint64_t budget_cfg,
                           wm_sizing *s, char *err, uint64_t cap);
 int32_t wm_bind(waste_ctx *ctx, char *err, uint64_t cap);
-int32_t wm_alloc_state(waste_ctx *ctx, char *err, uint64_t cap);
+/* Allocates state and scratch; *bytes = what it allocated (also on failure). */
+int32_t wm_alloc_state(waste_ctx *ctx, uint64_t *bytes, char *err, uint64_t cap);
 void wm_free_state(waste_ctx *ctx);
 void wm_reset_state(waste_ctx *ctx);
 /* Evaluates n tokens (n <= prefill_chunk) at ctx->pos; logits of the last if want_logits. */
@@ -115,17 +132,34 @@ uint64_t wm_params_total(const waste_ctx *ctx);
 uint64_t wm_params_active(const waste_ctx *ctx);
 
 /* experts.c */
-int32_t we_init(we_cache *c, uint64_t slot_bytes, uint32_t n_slots, int32_t policy, uint64_t seed);
+int32_t we_init(we_cache *c, uint64_t slot_bytes, uint32_t n_slots, uint32_t n_banks, uint32_t n_experts,
+                int32_t policy, uint64_t seed);
 void we_free(we_cache *c);
 /* Returns the record of (layer bank b, expert e), loading it on a miss; pins the slot. */
 int32_t we_get(waste_ctx *ctx, uint32_t bank, uint32_t e, const uint8_t **rec);
 void we_unpin_all(we_cache *c);
+/* Fills empty slots from the highest access counts (ties: lower layer, then lower expert);
+ * warmed slots start at 1 hit. Counts the reads in st_warm_bytes. */
+int32_t we_warm(waste_ctx *ctx, char *err, uint64_t cap);
+
+/* hotlist.c (docs/FORMAT.md §8) */
+/* Resolves cfg.usage_path into ctx->usage_path: NULL -> <container>/usage.waste, "" -> none. */
+int32_t wh_set_path(waste_ctx *ctx, const char *cfg_path, char *err, uint64_t cap);
+/* Merges ctx->usage_path into the counts when it exists and is valid; never fails: a bad
+ * header, fingerprint or size ignores the file, bad entries are skipped (usage_note says why). */
+void wh_load(waste_ctx *ctx);
+/* Writes the counts to path via a temp file + rename; the detail names the file on failure. */
+int32_t wh_save(waste_ctx *ctx, const char *path);
 
 /* sampler.c */
 typedef struct { uint64_t s[4]; } ws_rng;
 void ws_seed(ws_rng *r, uint64_t seed);
 double ws_uniform(ws_rng *r);
 int32_t ws_sample(waste_ctx *ctx, const float *logits, uint32_t n, const waste_gen_params *p, ws_rng *r, float *logprob);
+
+/* memory accounting (api.c): every engine allocation that scales with the model */
+void wx_mem_add(waste_ctx *ctx, uint64_t bytes);
+void wx_mem_sub(waste_ctx *ctx, uint64_t bytes);
 
 /* ctx error helper */
 void wx_err(waste_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -168,6 +168,7 @@ typedef struct {
     uint64_t max_record_bytes, all_expert_bytes;
     int trunk_fd;
     uint8_t *trunk_mem;
+    uint64_t probe_bytes;    /* the O_DIRECT probe buffer wc_open_data held briefly (0 if none) */
     char trunk_fmt[16], expert_fmt[16];
     uint32_t expert_group;
 } wc_container;

@@ -29,18 +29,32 @@ static uint32_t max_width(const wc_config *c) {
     return w;
 }
 
+/* Exact bytes of the state and scratch buffers wm_alloc_state allocates (a test checks the
+ * measured allocation against the plan). State also holds the expert tables, which are
+ * sized for every routed expert so the budget does not depend on the slot count. */
+static uint64_t embed_row_bytes(const wc_container *c) {
+    const wc_tensor *e = wc_find(c, "embed");
+    return e ? wf_row_bytes(e->fmt, e->group, c->cfg.hidden) : 4ull * c->cfg.hidden;
+}
+
+static void buffer_bytes(const wc_container *c, uint32_t ctx_tokens, uint32_t chunk, uint64_t *state, uint64_t *scratch) {
+    const wc_config *cf = &c->cfg;
+    uint64_t hd = (uint64_t)cf->kda_heads * cf->kda_dim;
+    uint64_t kda = (3 * hd * (cf->conv_k ? cf->conv_k - 1 : 0) + 1) * 4 + (uint64_t)cf->kda_heads * cf->kda_dim * cf->kda_dim * 4;
+    uint64_t mla = (uint64_t)ctx_tokens * (cf->kv_rank + cf->d_rope) * 4;
+    *state = (uint64_t)ctx_tokens * 4 + 3ull * cf->n_layers * sizeof(float *) + kda * cf->n_kda + mla * cf->n_mla +
+             we_table_bytes((uint64_t)c->n_banks * cf->n_experts);
+    uint64_t k = MAX(cf->top_k, 1);
+    *scratch = (3ull * chunk * cf->hidden + 12ull * max_width(cf) + ctx_tokens + cf->vocab) * 4 + (uint64_t)cf->vocab * 8 +
+               2ull * chunk * k * 4 + MAX(cf->n_experts, 1) + embed_row_bytes(c) + 64;
+}
+
 int32_t wm_sizing_compute(const wc_container *c, uint32_t ctx_tokens, uint32_t chunk, uint64_t budget_cfg,
                           wm_sizing *s, char *err, uint64_t cap) {
     const wc_config *cf = &c->cfg;
     memset(s, 0, sizeof *s);
-    uint64_t hd = (uint64_t)cf->kda_heads * cf->kda_dim;
-    uint64_t kda = (3 * hd * (cf->conv_k ? cf->conv_k - 1 : 0) + (uint64_t)cf->kda_heads * cf->kda_dim * cf->kda_dim) * 4;
-    uint64_t mla = (uint64_t)ctx_tokens * (cf->kv_rank + cf->d_rope) * 4;
     s->trunk = c->resident_bytes;
-    s->state = kda * cf->n_kda + mla * cf->n_mla + (uint64_t)ctx_tokens * 4;
-    uint64_t maxw = max_width(cf);
-    s->scratch = (3ull * chunk * cf->hidden + 12 * maxw + ctx_tokens + 2ull * cf->vocab) * 4 + (uint64_t)cf->vocab * 4 +
-                 2ull * chunk * cf->top_k * 4 + cf->n_experts + 4ull * cf->hidden + 4096;
+    buffer_bytes(c, ctx_tokens, chunk, &s->state, &s->scratch);
     s->vision = 0;
     s->record = c->max_record_bytes;
     s->min_cache = c->n_banks ? 2ull * cf->top_k * s->record : 0;
@@ -225,41 +239,51 @@ uint64_t wm_params_active(const waste_ctx *ctx) {
 }
 
 /* ==== state ======================================================================== */
-int32_t wm_alloc_state(waste_ctx *ctx, char *err, uint64_t cap) {
+/* calloc that adds what it asked for to *sum, so the charge is measured, not assumed. */
+static void *counted(uint64_t n, uint64_t size, uint64_t *sum) {
+    void *p = calloc(n, size);
+    if (p) *sum += n * size;
+    return p;
+}
+
+int32_t wm_alloc_state(waste_ctx *ctx, uint64_t *bytes, char *err, uint64_t cap) {
     const wc_config *c = &ctx->c.cfg;
     uint32_t L = c->n_layers, T = ctx->ctx_tokens, chunk = ctx->prefill_chunk;
     uint64_t hd = (uint64_t)c->kda_heads * c->kda_dim;
-    ctx->ids = calloc(T, sizeof(int32_t));
-    ctx->conv = calloc(L, sizeof(float *));
-    ctx->S = calloc(L, sizeof(float *));
-    ctx->lat = calloc(L, sizeof(float *));
+    uint64_t sum = 0;
+    ctx->ids = counted(T, sizeof(int32_t), &sum);
+    ctx->conv = counted(L, sizeof(float *), &sum);
+    ctx->S = counted(L, sizeof(float *), &sum);
+    ctx->lat = counted(L, sizeof(float *), &sum);
     if (!ctx->ids || !ctx->conv || !ctx->S || !ctx->lat) goto oom;
     for (uint32_t l = 0; l < L; l++) {
         if (!c->is_mla[l]) {
-            ctx->conv[l] = calloc(3 * hd * (c->conv_k - 1) + 1, sizeof(float));
-            ctx->S[l] = calloc((uint64_t)c->kda_heads * c->kda_dim * c->kda_dim, sizeof(float));
+            ctx->conv[l] = counted(3 * hd * (c->conv_k - 1) + 1, sizeof(float), &sum);
+            ctx->S[l] = counted((uint64_t)c->kda_heads * c->kda_dim * c->kda_dim, sizeof(float), &sum);
             if (!ctx->conv[l] || !ctx->S[l]) goto oom;
         } else {
-            ctx->lat[l] = calloc((uint64_t)T * (c->kv_rank + c->d_rope), sizeof(float));
+            ctx->lat[l] = counted((uint64_t)T * (c->kv_rank + c->d_rope), sizeof(float), &sum);
             if (!ctx->lat[l]) goto oom;
         }
     }
     ctx->maxw = max_width(c);
-    ctx->xs = calloc((uint64_t)chunk * c->hidden, sizeof(float));
-    ctx->xn = calloc((uint64_t)chunk * c->hidden, sizeof(float));
-    ctx->acc = calloc((uint64_t)chunk * c->hidden, sizeof(float));
-    ctx->scores = calloc(T, sizeof(float));
-    ctx->logits = calloc(c->vocab, sizeof(float));
-    ctx->sample_pairs = calloc(c->vocab, 8);   /* struct ws_pair is {float, int32_t} */
-    ctx->sel = calloc((uint64_t)chunk * MAX(c->top_k, 1), sizeof(int32_t));
-    ctx->selw = calloc((uint64_t)chunk * MAX(c->top_k, 1), sizeof(float));
-    ctx->expert_used = calloc(MAX(c->n_experts, 1), 1);
-    ctx->row_tmp = calloc(wf_row_bytes(ctx->embed->fmt, ctx->embed->group, c->hidden) + 64, 1);
+    ctx->xs = counted((uint64_t)chunk * c->hidden, sizeof(float), &sum);
+    ctx->xn = counted((uint64_t)chunk * c->hidden, sizeof(float), &sum);
+    ctx->acc = counted((uint64_t)chunk * c->hidden, sizeof(float), &sum);
+    ctx->scores = counted(T, sizeof(float), &sum);
+    ctx->logits = counted(c->vocab, sizeof(float), &sum);
+    ctx->sample_pairs = counted(c->vocab, 8, &sum);   /* struct ws_pair is {float, int32_t} */
+    ctx->sel = counted((uint64_t)chunk * MAX(c->top_k, 1), sizeof(int32_t), &sum);
+    ctx->selw = counted((uint64_t)chunk * MAX(c->top_k, 1), sizeof(float), &sum);
+    ctx->expert_used = counted(MAX(c->n_experts, 1), 1, &sum);
+    ctx->row_tmp = counted(wf_row_bytes(ctx->embed->fmt, ctx->embed->group, c->hidden) + 64, 1, &sum);
     if (!ctx->xs || !ctx->xn || !ctx->acc || !ctx->scores || !ctx->logits || !ctx->sample_pairs ||
         !ctx->sel || !ctx->selw || !ctx->expert_used || !ctx->row_tmp) goto oom;
-    for (int i = 0; i < 12; i++) if (!(ctx->buf[i] = calloc(ctx->maxw, sizeof(float)))) goto oom;
+    for (int i = 0; i < 12; i++) if (!(ctx->buf[i] = counted(ctx->maxw, sizeof(float), &sum))) goto oom;
+    *bytes = sum;
     return WASTE_OK;
 oom:
+    *bytes = sum;
     wu_errf(err, cap, "out of memory allocating state and scratch");
     return WASTE_E_NOMEM;
 }

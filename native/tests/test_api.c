@@ -48,6 +48,9 @@ int main(void) {
     CHECK(waste_position(NULL) == 0);
     waste_stats s; waste_stats_init(&s);
     CHECK(waste_get_stats(NULL, &s) == WASTE_E_ARG);
+    CHECK(waste_save_usage(NULL, NULL) == WASTE_E_ARG);
+    CHECK(waste_save_usage(NULL, "/tmp/usage.waste") == WASTE_E_ARG);
+    CHECK(s.struct_size == sizeof s && s.warm_bytes == 0 && s.peak_bytes == 0 && s.usage_note[0] == 0);
 
     if (failures) { printf("%d failure(s)\n", failures); return 1; }
     printf("test_api: ok\n");

@@ -1,5 +1,5 @@
 """The ASan+UBSan build (``make -C native asan``) runs the C tests (manifest fuzzing among
-them) and the robustness module without a sanitizer report."""
+them) and the robustness and hotlist modules without a sanitizer report."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def test_asan_build_runs_c_tests_and_robustness(libwaste, tiny_f32):
     env = dict(os.environ, WASTE_TEST_LIB=str(NATIVE / "build-asan" / "libwaste.so"), LD_PRELOAD=libasan,
                ASAN_OPTIONS="detect_leaks=0:abort_on_error=0", UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1")
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:warnings",
-                           "tests/engine/test_robustness.py"], cwd=REPO, env=env, capture_output=True, text=True,
+                           "tests/engine/test_robustness.py", "tests/engine/test_hotlist.py"], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=900)
     report = proc.stdout[-4000:] + proc.stderr[-4000:]
     assert proc.returncode == 0, report
