@@ -7,6 +7,7 @@ once ``waste_generate`` has returned, so no exception ever crosses C.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -22,6 +23,7 @@ STOP_REASONS = {
     lib.WASTE_STOP_CALLBACK: "callback",
 }
 _CALLBACK_STOP = 1
+log = logging.getLogger("waste.engine")
 
 
 class _Delivery:
@@ -213,9 +215,22 @@ def open_native(path: str | Path, options: Any) -> tuple[NativeEngine, NativeTok
     """
     options = NativeOptions.coerce(options)
     engine = NativeEngine.open(path, options)
+    _log_hotlist(engine)
     try:
         tokenizer = NativeTokenizer.open(path, options)
     except BaseException:
         engine.close()
         raise
     return engine, tokenizer
+
+
+def _log_hotlist(engine: NativeEngine) -> None:
+    """Say what the hotlist did at open: a hint the engine may have ignored, and why."""
+    with engine._pointer:
+        stats = engine._read_stats(engine._ctx)
+        note = ffi.string(stats.usage_note).decode("utf-8", "replace")
+        warm, entries = stats.warm_bytes, stats.usage_entries
+    if note:
+        log.warning("expert hotlist: %s", note)
+    elif entries:
+        log.info("expert hotlist: %d entries merged, %d bytes of experts warmed", entries, warm)
