@@ -1,0 +1,399 @@
+"""libwaste's decode speed against the physical bound of engine.md §8, measured in one run.
+
+``.venv/bin/python bench/bench_engine.py [--quick] [--out DIR] [--budget-fraction 0.1 0.3]``
+builds a synthetic Kimi-Linear-like container, measures W, M and F on this machine, decodes
+at each cache size and prints JSON lines (then a table, every line prefixed with "# ").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import attrs
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_decode import PROMPT_TOKENS, decode_run  # noqa: E402
+from bench_physical import (BankReader, build_kernel_probe, drop_page_cache, llc_bytes,  # noqa: E402
+                            measure_kernel, measure_ram)
+from waste.adapters.native.context import library_build_info, plan_memory  # noqa: E402
+from waste.adapters.native.engine import NativeEngine  # noqa: E402
+from waste.adapters.native.options import NativeOptions  # noqa: E402
+from waste.tools.make_container import Geometry, build_container  # noqa: E402
+
+# Kimi-Linear-48B: 27 layers, MLA at 0-based 3, 7, 11, 15, 19, 23, 26; layer 0 dense.
+KIMI_LAYOUT = "".join("M" if i in (3, 7, 11, 15, 19, 23, 26) else "K" for i in range(27))
+GEOMETRIES = {
+    # Kimi-Linear's layer stack, k and head dims at hidden 1024 (2304 in the release): 32
+    # experts per layer (256), moe_inter 512 (1024), 16 KDA/MLA heads (32), int8 g32.
+    "kimi-linear-h1024": Geometry(
+        layers=27, layout=KIMI_LAYOUT, hidden=1024, intermediate=4096, moe_intermediate=512,
+        experts=32, top_k=8, shared=1, dense=1, kda_heads=16, kda_head_dim=128, conv_kernel=4,
+        mla_heads=16, kv_lora_rank=512, qk_nope=128, qk_rope=64, v_head=128,
+        dtype="int8", group=32),
+    # --quick: 8 layers (6 MoE), hidden 512, the same k and expert count.
+    "quick-h512": Geometry(
+        layers=8, layout="KKKMKKKM", hidden=512, intermediate=1024, moe_intermediate=256,
+        experts=32, top_k=8, shared=1, dense=1, kda_heads=4, kda_head_dim=128, conv_kernel=4,
+        mla_heads=4, kv_lora_rank=256, qk_nope=64, qk_rope=32, v_head=64,
+        dtype="int8", group=32),
+}
+PEER_ROW = {"row": "peer", "engine": "llama.cpp",
+            "status": "not measured (not built in this run)"}
+
+
+def emit(row: dict, sink: list[dict]) -> None:
+    sink.append(row)
+    print(json.dumps(row, default=_json_default), flush=True)
+
+
+def _json_default(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    raise TypeError(f"not JSON: {value!r}")
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def cpu_snapshot() -> tuple[float, float]:
+    """(CPU-seconds busy on the whole machine, CPU-seconds used by this process)."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    busy = (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+    own = os.times()
+    return busy, own.user + own.system
+
+
+def source_state() -> dict:
+    """The checkout measured: HEAD and whether native/ has uncommitted changes."""
+    root = Path(__file__).resolve().parents[1]
+
+    def git(*cmd: str) -> str:
+        try:
+            return subprocess.run(["git", "-C", str(root), *cmd], capture_output=True,
+                                  text=True, timeout=10).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+    return {"git_head": git("rev-parse", "--short", "HEAD") or None,
+            "native_uncommitted": bool(git("status", "--porcelain", "native/"))}
+
+
+def container_for(name: str, geometry: Geometry, workdir: Path, keep: bool) -> tuple[Path, float]:
+    """The benchmark container in ``workdir``; reused when kept from an earlier ``--out`` run
+    with the same geometry. Returns (path, seconds spent building)."""
+    path = workdir / f"{name}.waste"
+    stamp = workdir / f"{name}.geometry.json"
+    wanted = json.dumps(attrs.asdict(geometry), sort_keys=True)
+    if keep and path.is_dir() and stamp.is_file() and stamp.read_text() == wanted:
+        return path, 0.0
+    expert_params = 3 * geometry.hidden * geometry.moe_intermediate
+    need = (geometry.layers - geometry.dense) * geometry.experts * expert_params * 1.1 + (1 << 30)
+    free = shutil.disk_usage(workdir).free
+    if free < need:
+        raise SystemExit(f"bench: {workdir} has {free >> 20} MiB free, the container needs ~{int(need) >> 20} MiB")
+    started = time.perf_counter()
+    build_container(path, geometry=geometry, chat_json="none", overwrite=True)
+    if keep:
+        stamp.write_text(wanted)
+    return path, time.perf_counter() - started
+
+
+def attention_flops(cfg: dict, position: float) -> float:
+    """FLOPs per token outside the weight matvecs (which 2·params_active already counts).
+
+    KDA: the short conv plus ≈8·d² per head for the delta-rule state (decay, kᵀS, update,
+    qS). MLA (latent-absorbed, as libwaste computes it): scores and context over the
+    position's latents, 2·(r+d_r) + 2·r per head per cached position.
+    """
+    kinds = cfg["layer_types"]
+    n_kda = sum(kind == "linear_attention" for kind in kinds)
+    n_mla = len(kinds) - n_kda
+    heads, d, conv = cfg["linear_num_heads"], cfg["linear_head_dim"], cfg["linear_conv_kernel_dim"]
+    kda = 2 * 3 * heads * d * conv + 8 * heads * d * d
+    r, dr = cfg["kv_lora_rank"], cfg["qk_rope_head_dim"]
+    mla = cfg["num_attention_heads"] * (2 * (r + dr) + 2 * r) * (position + 1)
+    return n_kda * kda + n_mla * mla
+
+
+def resident_read_bytes(cfg: dict, trunk_bytes: int, embed_row_bytes: int, position: float) -> float:
+    """B_d: the resident trunk (the on-disk embedding excluded: one row per token), the KDA
+    state and conv rings, and the MLA latents up to ``position``."""
+    kinds = cfg["layer_types"]
+    n_kda = sum(kind == "linear_attention" for kind in kinds)
+    n_mla = len(kinds) - n_kda
+    heads, d, conv = cfg["linear_num_heads"], cfg["linear_head_dim"], cfg["linear_conv_kernel_dim"]
+    kda_state = 4 * (heads * d * d + 3 * heads * d * (conv - 1))
+    latents = 4 * (cfg["kv_lora_rank"] + cfg["qk_rope_head_dim"]) * (position + 1)
+    return trunk_bytes + embed_row_bytes + n_kda * kda_state + n_mla * latents
+
+
+def bound_terms(run: dict, *, M: float, B_r: float, B_d: float, C: float) -> dict:
+    """The three §8 terms, their minimum and ours/bound, segment by segment.
+
+    Segment s has its own h_s and the W_s, F_s probed right before and after it (W_s raised
+    to the engine's own read rate in s when that is higher); its bound
+    is b_s = min(W_s/((1−h_s)·B_r), M/(B_d+B_r), F_s/C). Bound tok/s over the run is
+    N/Σ(n_s/b_s) (the time the bound allows), and each term is aggregated the same way.
+    The serial bound charges disk time plus the larger of RAM and compute time per token,
+    because libwaste today reads a missed record and only then computes (no io_threads).
+    """
+    segs, probes = run["segment_list"], run["probes"]
+    allowed = {"disk": 0.0, "ram": 0.0, "compute": 0.0, "bound": 0.0, "serial": 0.0}
+    Ws, engine_faster = [], 0
+    for i, seg in enumerate(segs):
+        W = (probes[i]["W"] + probes[i + 1]["W"]) / 2
+        # The engine's own record-read rate is also a measurement of the disk: when it is
+        # higher than the probes (it is, often, on this VM), the disk could do at least that.
+        engine_rate = seg.bytes_read / seg.io_s if seg.io_s > 0 else 0.0
+        if engine_rate > W:
+            W, engine_faster = engine_rate, engine_faster + 1
+        Ws.append(W)
+        F = (probes[i]["F"] + probes[i + 1]["F"]) / 2
+        miss = seg.misses / max(seg.hits + seg.misses, 1)
+        per_token = {"disk": miss * B_r / W, "ram": (B_d + B_r) / M, "compute": C / F}
+        for name, t in per_token.items():
+            allowed[name] += seg.tokens * t
+        allowed["bound"] += seg.tokens * max(per_token.values())
+        allowed["serial"] += seg.tokens * (per_token["disk"] + max(per_token["ram"], per_token["compute"]))
+    n, seconds = run["tokens"], run["seconds"]
+    rate = {name: (n / t if t > 0 else math.inf) for name, t in allowed.items()}
+    limit = min(("disk", "ram", "compute"), key=rate.get)
+    probed = [p["W"] for p in probes]
+    return {"W_mean": sum(Ws) / len(Ws), "W_probe_min": min(probed), "W_probe_max": max(probed),
+            "W_probe_mean": sum(probed) / len(probed), "segments_W_from_engine": engine_faster,
+            "F_mean": sum(p["F"] for p in probes) / len(probes),
+            "bound_disk_tok_s": _finite(rate["disk"]), "bound_ram_tok_s": rate["ram"],
+            "bound_compute_tok_s": rate["compute"], "bound_tok_s": rate["bound"],
+            "limited_by": limit, "ratio": allowed["bound"] / seconds,
+            "serial_bound_tok_s": rate["serial"], "ratio_serial": allowed["serial"] / seconds}
+
+
+def table(rows: list[dict]) -> list[str]:
+    """The human summary: start-up probes, then one line per decode run."""
+    by = lambda kind: [r for r in rows if r["row"] == kind]  # noqa: E731
+    out = ["start-up probes (each decode run re-probes W and F between its segments and uses those):"]
+    for w in by("W"):
+        out.append(f"  W depth {w['depth']} ({w['mode']}): {w['bytes_per_s'] / 1e9:.2f} GB/s, "
+                   f"{w['ms_per_read']:.2f} ms per {w['record_bytes'] / 2**20:.2f} MiB record"
+                   + ("" if w["depth"] == 1 else "  (info: the engine reads at depth 1)"))
+    for m in by("M"):
+        out.append(f"  M {m['threads']} thread(s): {m['bytes_per_s'] / 1e9:.1f} GB/s")
+    for f in by("F"):
+        out.append(f"  F {f['format']} {f['kernel']} {f['threads']} thread(s), {f['experts_resident']} "
+                   f"experts resident ({f['resident_bytes'] / 2**20:.0f} MiB): "
+                   f"{f['flops_per_s'] / 1e9:.1f} GFLOP/s")
+    for f in by("F_derived"):
+        out.append(f"  F derived from the all-cached decode: {f['flops_per_s'] / 1e9:.1f} GFLOP/s")
+    out.append("")
+    out.append(f"{'cache':>5} {'slots':>5} {'/WS':>4} {'tok/s':>6} {'h':>5} {'MB/tok':>6} "
+               f"{'W GB/s':>6} {'F GF/s':>6} | {'disk':>6} {'ram':>5} {'comp':>5} {'bound':>5} "
+               f"{'ratio':>5} | {'serial':>6} {'ratio':>5} | {'io%':>4} {'others':>6}")
+    for d in by("decode"):
+        disk = "inf" if d["bound_disk_tok_s"] is None else f"{d['bound_disk_tok_s']:.2f}"
+        out.append(
+            f"{str(d['cache']):>5} {d['slots']:>5} {d['slots'] / d['working_set_records']:>4.1f} "
+            f"{d['tok_per_s']:>6.2f} {d['h']:>5.2f} {d['bytes_read_per_token'] / 1e6:>6.1f} "
+            f"{d['W_mean'] / 1e9:>6.2f} {d['F_mean'] / 1e9:>6.1f} | {disk:>6} {d['bound_ram_tok_s']:>5.1f} "
+            f"{d['bound_compute_tok_s']:>5.1f} {d['bound_tok_s']:>5.2f} {100 * d['ratio']:>4.0f}% | "
+            f"{d['serial_bound_tok_s']:>6.2f} {100 * d['ratio_serial']:>4.0f}% | "
+            f"{100 * d['io_share']:>3.0f}% {100 * d['other_cpu_share']:>5.0f}%")
+    out.append("peer: llama.cpp not measured (not built in this run)")
+    return out
+
+
+@attrs.define
+class Bench:
+    """One benchmark run: the container, its manifest and plan, and the probes it reuses."""
+
+    container: Path
+    banks: list[dict]
+    record_bytes: int
+    threads: int
+    disk_s: float
+    probe_s: float
+    segment_probe_s: float
+    reader: BankReader
+    probe: Path | None = None
+    probe_note: str = ""
+
+    def kernel_args(self, experts: int, threads: int, repeats: int = 3) -> dict:
+        moe_inter, hidden = self.banks[0]["shapes"][0]  # gate [I, H], up [I, H], down [H, I]
+        return dict(fmt=self.banks[0]["format"], group=self.banks[0]["group"] or 32,
+                    hidden=hidden, moe_inter=moe_inter, experts=experts, threads=threads,
+                    seconds=self.probe_s, repeats=repeats)
+
+    @property
+    def llc_experts(self) -> int:
+        """Experts that fit in a quarter of the LLC: the kernel probe's compute-bound set."""
+        return max(1, llc_bytes() // 4 // self.record_bytes)
+
+    def machine(self, workdir: Path, emit_row) -> tuple[float, float | None]:
+        """The W, M and F rows at start-up; returns (M, F or None without a probe)."""
+        for depth in (1, 2):
+            emit_row(self.reader.measure(depth=depth, seconds=self.disk_s))
+        m = 0.0
+        for t in sorted({1, self.threads}):
+            row = measure_ram(threads=t, buffer_bytes=max(1 << 30, 32 * llc_bytes()))
+            emit_row(row)
+            m = row["bytes_per_s"] if t == self.threads else m
+        self.probe, self.probe_note = build_kernel_probe(workdir)
+        f = None
+        if self.probe is not None:
+            for t, experts in ((1, self.llc_experts), (self.threads, self.llc_experts),
+                               (self.threads, 64)):
+                row = measure_kernel(self.probe, **self.kernel_args(experts, t))
+                row["source"] = self.probe_note
+                if t == self.threads and experts == self.llc_experts:
+                    f = row["flops_per_s"]
+                emit_row(row)
+        return m, f
+
+    def probe_now(self, F_fallback: float | None) -> dict:
+        """W and F measured now (between decode segments, outside their timing)."""
+        w = self.reader.measure(depth=1, seconds=self.segment_probe_s)
+        f = F_fallback
+        if self.probe is not None:
+            f = measure_kernel(self.probe, **self.kernel_args(self.llc_experts, self.threads, 1),
+                               )["flops_per_s"]
+        return {"W": w["bytes_per_s"], "F": f}
+
+    def decode(self, files: list[Path], base: NativeOptions, fraction: float | None,
+               args: argparse.Namespace, F_fallback: float | None) -> dict:
+        """One decode run with W/F probes between its segments, charged the CPU share that
+        other processes used meanwhile (the machine is shared)."""
+        drop_page_cache(files)
+        probes: list[dict] = []
+        busy0, own0 = cpu_snapshot()
+        started = time.perf_counter()
+        run = decode_run(self.container, base, fraction=fraction, warmup=args.warmup,
+                         tokens=args.tokens, segment=args.segment, seed=args.seed,
+                         between=lambda i: probes.append(self.probe_now(F_fallback)))
+        probes.append(self.probe_now(F_fallback))
+        busy1, own1 = cpu_snapshot()
+        wall = time.perf_counter() - started
+        run["other_cpu_share"] = max(0.0, (busy1 - busy0) - (own1 - own0)) / (wall * self.threads)
+        run["probes"] = probes
+        return run
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="small geometry, short probes (< 2 min)")
+    ap.add_argument("--out", type=Path, help="keep the container and write results.jsonl here")
+    ap.add_argument("--budget-fraction", type=float, nargs="+", default=[0.1, 0.3],
+                    help="cache sizes as fractions of all expert records (default 0.1 0.3)")
+    ap.add_argument("--tokens", type=int, default=64, help="measured decode tokens (default 64)")
+    ap.add_argument("--warmup", type=int, default=8, help="warm-up decode tokens (default 8)")
+    ap.add_argument("--policy", choices=("lfru", "lru"), default="lfru")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--segment", type=int, default=8,
+                    help="measured tokens between two W/F probes (default 8)")
+    ap.add_argument("--repeat", type=int, default=None,
+                    help="decode runs per cache size (default 2, --quick 1)")
+    args = ap.parse_args(argv)
+    if (args.tokens < 1 or args.segment < 1 or args.warmup < 0 or (args.repeat is not None and args.repeat < 1)
+            or any(not 0 < f < 1 for f in args.budget_fraction)):
+        ap.error("--tokens, --segment and --repeat must be ≥ 1, --warmup ≥ 0 and every --budget-fraction in (0, 1)")
+    if args.repeat is None:
+        args.repeat = 1 if args.quick else 2
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    name = "quick-h512" if args.quick else "kimi-linear-h1024"
+    geometry = GEOMETRIES[name]
+    threads = len(os.sched_getaffinity(0))
+    rows: list[dict] = []
+    emit_row = lambda row: emit(row, rows)  # noqa: E731
+    workdir = args.out or Path(tempfile.mkdtemp(prefix="waste-bench-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    bench = None
+    try:
+        container, build_s = container_for(name, geometry, workdir, keep=args.out is not None)
+        files = sorted(p for p in container.iterdir() if p.is_file())
+        manifest = json.loads((container / "manifest.json").read_text())
+        cfg, banks = manifest["config"], manifest["banks"]
+        emit_row({"row": "env", "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                  "cpu": platform.processor() or platform.machine(), "threads": threads,
+                  "llc_bytes": llc_bytes(), "libwaste": library_build_info(),
+                  "mode": "quick" if args.quick else "default",
+                  "page_cache_drop": drop_page_cache(files), "policy": args.policy,
+                  "loadavg": os.getloadavg(), **source_state()})
+        base = NativeOptions(ctx_tokens=PROMPT_TOKENS + args.warmup + args.tokens + 8,
+                             usage_path="", n_threads=threads, cache_policy=args.policy)
+        plan = plan_memory(container, base)
+        # params_active needs the weights: a full open at the floor budget (2·k slots).
+        with NativeEngine.open(container, attrs.evolve(base, ram_budget_bytes=plan.floor_bytes)) as eng:
+            info = eng.model_info()
+        B_r = plan.working_set_bytes  # L_m · k · s_e
+        emit_row({"row": "container", "geometry": name, **attrs.asdict(geometry),
+                  "vocab": info.vocab, "moe_layers": len(banks), "record_bytes": plan.record_bytes,
+                  "records": plan.expert_bytes // plan.record_bytes,
+                  "expert_bytes": plan.expert_bytes, "trunk_bytes": plan.trunk_bytes,
+                  "floor_bytes": plan.floor_bytes, "B_r": B_r,
+                  "params_active": info.params_active, "params_total": info.params_total,
+                  "build_s": round(build_s, 1), "kept": args.out is not None})
+        bench = Bench(container, banks, plan.record_bytes, threads,
+                      disk_s=1.5 if args.quick else 4.0, probe_s=0.3 if args.quick else 0.5,
+                      segment_probe_s=0.3 if args.quick else 0.5,
+                      reader=BankReader(container, banks))
+        M, F0 = bench.machine(workdir, emit_row)
+        position = PROMPT_TOKENS + args.warmup + args.tokens / 2
+        C = 2 * info.params_active + attention_flops(cfg, position)
+        embed = next(t for t in manifest["tensors"] if t["name"] == "embed")
+        B_d = resident_read_bytes(cfg, plan.trunk_bytes, embed["length"] // info.vocab, position)
+
+        if F0 is None:
+            # No kernel probe: F from one all-cached decode (so that run's compute ratio is
+            # 1 by construction, and the row says so).
+            cached = decode_run(container, base, fraction=None, warmup=args.warmup,
+                                tokens=args.tokens, segment=args.segment, seed=args.seed)
+            F0 = C * cached["tok_per_s"]
+            emit_row({"row": "F_derived", "flops_per_s": F0, "source":
+                      f"C × tok/s of an all-cached decode (kernel probe unavailable: "
+                      f"{bench.probe_note}); the all-cached compute ratio is 1 by construction"})
+        runs = []
+        for fraction in [None, *sorted(args.budget_fraction)]:
+            for repeat in range(args.repeat):
+                runs.append({**bench.decode(files, base, fraction, args, F0), "repeat": repeat})
+        reference = runs[0]["token_ids"]
+        for run in runs:
+            same = run.pop("token_ids") == reference
+            run.update({"C_flops": C, "B_d": B_d, "B_r": B_r, "M": M,
+                        "working_set_records": B_r // plan.record_bytes,
+                        "same_tokens_as_all_cached": same})
+            run.update(bound_terms(run, M=M, B_r=B_r, B_d=B_d, C=C))
+            run["segment_list"] = [attrs.asdict(seg) for seg in run["segment_list"]]
+            emit_row(run)
+        emit_row(PEER_ROW)
+        print()
+        for line in table(rows):
+            print("# " + line if line else "#")
+        if args.out:
+            with open(args.out / "results.jsonl", "w") as f:
+                for row in rows:
+                    f.write(json.dumps(row, default=_json_default) + "\n")
+    finally:
+        if bench is not None:
+            bench.reader.close()
+        if args.out is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
