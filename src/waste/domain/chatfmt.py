@@ -26,9 +26,22 @@ PAIR_KEYS = ("system", "user", "assistant", "think")
 STRING_KEYS = ("open", "prelude", "stop", "effort", "image")
 KNOWN_KEYS = frozenset(PAIR_KEYS + STRING_KEYS)
 
-# Marker-looking substrings (chatjson.md, "Validation at load"): <|…|> (and DeepSeek's
-# full-width <｜…｜>), tags such as <think>, </think>, <sop>, and bracketed ones like [gMASK].
-_MARKER = re.compile(r"<\|[^<>|\s]+\|>|<｜[^<>｜]+｜>|</?[A-Za-z][\w:-]*/?>|\[[A-Za-z]\w*\]")
+# Marker-looking substrings (chatjson.md, "Validation at load"), each of which must resolve to
+# exactly one special token:
+# - "<|" through the nearest following "|>", whatever lies between (spaces, "|", newlines), so
+#   "<|im end|>" and "<|a|b|>" are candidates, not prose. A "<|" that no "|>" closes before
+#   the next "<|" (or the string's end) is a candidate too, up to there: "<|im_end>" is a typo
+#   the tokenizer would read as text, which is exactly what this check exists to catch.
+# - the same with DeepSeek's full-width "<｜" … "｜>";
+# - a tag: "<", a letter, then word characters, ":" or "-", an optional "/", ">" (<think>,
+#   </think>, <sop>);
+# - a bracketed word: "[", a letter, word characters, "]" ([gMASK]).
+_MARKER = re.compile(
+    r"<\|(?:(?!<\|).)*?(?:\|>|(?=<\|)|\Z)"
+    r"|<｜(?:(?!<｜).)*?(?:｜>|(?=<｜)|\Z)"
+    r"|</?[A-Za-z][\w:-]*/?>"
+    r"|\[[A-Za-z]\w*\]",
+    re.DOTALL)
 EFFORTS_ON = ("low", "high", "max")
 EFFORTS_OFF = ("none", "minimal", "off")
 
