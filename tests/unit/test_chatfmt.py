@@ -302,6 +302,20 @@ class TestRender:
             M("<|im_assistant|>assistant<|im_middle|>"),
         ]
 
+    def test_two_calls_of_one_turn_never_share_a_prompt_id(self):
+        call = {"type": "function", "function": {"name": "f", "arguments": "{}"}}
+        messages = [{"role": "user", "content": "go"},
+                    {"role": "assistant", "tool_calls": [{**call, "id": "functions.f:1"},
+                                                         {**call, "id": "x"}]},
+                    {"role": "tool", "tool_call_id": "x", "content": "from x"},
+                    {"role": "tool", "tool_call_id": "functions.f:1", "content": "from f1"}]
+        segments = kimi().render(messages, tools=[WEATHER], thinking=False)
+        plains = [text for text, is_markup in segments if not is_markup]
+        assert [t for t in plains if t.startswith("functions.")] == \
+            ["functions.f:0", "functions.f:1"]
+        assert [t for t in plains if t.startswith("## Return")] == \
+            ["## Return of functions.f:1\nfrom x", "## Return of functions.f:0\nfrom f1"]
+
     def test_bad_call_arguments_raise_kimi_tool_error(self):
         messages = [{"role": "user", "content": "x"}, {"role": "assistant", "tool_calls": [
             {"id": "a", "function": {"name": "f", "arguments": "[1]"}}]}]

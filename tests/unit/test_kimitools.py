@@ -130,16 +130,30 @@ class TestCallsAndResults:
             ["functions.f:0", "functions.f:1"]
         assert ids.answer("y") == "functions.f:1"
 
-    def test_k2_ids_are_kept_and_missing_ids_answer_by_position(self):
+    def test_every_id_is_rewritten_by_position_and_missing_ids_answer_by_position(self):
         ids = kt.CallIds()
         assigned = ids.assign([{"id": "functions.f:7", "function": {"name": "f"}},
                                {"function": {"name": "g"}},
                                {"id": "functions.other:2", "function": {"name": "h"}}])
-        # The K2 form is kept for its own function; one naming another function is rewritten.
-        assert assigned == ["functions.f:7", "functions.g:1", "functions.h:2"]
-        assert ids.answer(None) == "functions.f:7"
+        # Even a client id already of the K2 form: IDX is the call's position in the turn.
+        assert assigned == ["functions.f:0", "functions.g:1", "functions.h:2"]
+        assert ids.answer(None) == "functions.f:0"
         assert ids.answer(None) == "functions.g:1"
+        assert ids.answer("functions.other:2") == "functions.h:2"
         assert ids.answer("never-issued") == "never-issued"
+
+    def test_a_k2_form_client_id_cannot_collide_with_a_rewritten_one(self):
+        ids = kt.CallIds()
+        assigned = ids.assign([{"id": "functions.f:1", "function": {"name": "f"}},
+                               {"id": "x", "function": {"name": "f"}}])
+        assert assigned == ["functions.f:0", "functions.f:1"]
+        assert [ids.answer("x"), ids.answer("functions.f:1")] == assigned[::-1]
+
+    def test_calls_sharing_a_client_id_are_answered_in_turn(self):
+        ids = kt.CallIds()
+        ids.assign([{"id": "same", "function": {"name": "f"}},
+                    {"id": "same", "function": {"name": "f"}}])
+        assert [ids.answer("same"), ids.answer("same")] == ["functions.f:0", "functions.f:1"]
 
 
 class TestCallSectionReader:

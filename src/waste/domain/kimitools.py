@@ -58,11 +58,6 @@ def name_from_call_id(call_id_text: str) -> str | None:
     return match.group(2) if match else None
 
 
-def _is_k2_id_for(client_id: str, name: str) -> bool:
-    match = _CALL_ID.fullmatch(client_id)
-    return bool(match) and match.group(1) == "functions" and match.group(2) == name
-
-
 def parse_call_arguments(arguments: object, *, param: str | None = None) -> str:
     """Validate a request's tool-call arguments and return the text the prompt carries.
 
@@ -104,47 +99,52 @@ def render_declaration(tools: Sequence[dict]) -> list[Segment]:
 class CallIds:
     """The K2 ids of the latest assistant turn's calls, so each result answers consistently.
 
-    A client id of another form (``call_abc``) is rewritten to ``functions.NAME:IDX`` both in
-    the call and in the tool message that answers it.
+    Every call is given ``functions.NAME:IDX`` by its position in the turn (chatjson.md: IDX
+    counts that turn's calls from 0), whatever id the client sent, even one already of that
+    form. Ids are then unique within the turn by construction: keeping a client's K2-form id
+    (``functions.f:1`` first) beside a rewritten one (``x`` second, also ``functions.f:1``)
+    would make two results indistinguishable. A result is mapped through the client id it
+    names, so it carries the id its call was given.
     """
 
     _client_ids: list[str | None] = attrs.field(factory=list)
     _k2_ids: list[str] = attrs.field(factory=list)
+    _answered: list[bool] = attrs.field(factory=list)
     _results_seen: int = 0
 
     def assign(self, calls: Sequence[dict]) -> list[str]:
-        """Start a new assistant turn; return the K2 id of each call, in order.
-
-        A client id already of the K2 form for the same function is kept as it is (K2 clients
-        replay the model's own ids); any other is rewritten, with IDX counting this turn's
-        calls from 0.
-        """
+        """Start a new assistant turn; return the K2 id of each call, in order."""
         self._client_ids, self._k2_ids, self._results_seen = [], [], 0
         for index, call in enumerate(calls):
             client_id = call.get("id")
             name = (call.get("function") or {}).get("name", "")
-            if isinstance(client_id, str) and _is_k2_id_for(client_id, name):
-                k2_id = client_id
-            else:
-                k2_id = call_id(name, index)
             self._client_ids.append(client_id if isinstance(client_id, str) else None)
-            self._k2_ids.append(k2_id)
+            self._k2_ids.append(call_id(name, index))
+        self._answered = [False] * len(calls)
         return list(self._k2_ids)
 
     def answer(self, tool_call_id: str | None) -> str:
         """The id a tool result carries in the prompt.
 
-        A known client id maps to its call's K2 id; a missing one answers the call at the same
-        position since the assistant turn; an unknown one is kept verbatim (there is no call
-        to stay consistent with).
+        A known client id maps to its call's K2 id (when two calls shared a client id, to the
+        first not yet answered); a missing one answers the call at the same position since the
+        assistant turn; an unknown one is kept verbatim (there is no call to stay consistent
+        with).
         """
         position = self._results_seen
         self._results_seen += 1
-        if tool_call_id is not None and tool_call_id in self._client_ids:
-            return self._k2_ids[self._client_ids.index(tool_call_id)]
         if tool_call_id is None:
-            return self._k2_ids[position] if position < len(self._k2_ids) else ""
-        return tool_call_id
+            index = position if position < len(self._k2_ids) else None
+        else:
+            named = [i for i, client_id in enumerate(self._client_ids)
+                     if client_id == tool_call_id]
+            if not named:
+                return tool_call_id
+            index = next((i for i in named if not self._answered[i]), named[0])
+        if index is None:
+            return ""
+        self._answered[index] = True
+        return self._k2_ids[index]
 
 
 def render_calls(calls: Sequence[dict], ids: Sequence[str], *, param: str = "messages"
