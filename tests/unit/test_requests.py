@@ -209,7 +209,7 @@ CHAT_REFUSALS = [
     ("logprobs number", chat(logprobs=1), TYPE, "logprobs", "boolean"),
     ("stream_options list", chat(stream=True, stream_options=[]), TYPE, "stream_options", "object"),
     ("include_usage string", chat(stream=True, stream_options={"include_usage": "yes"}), TYPE, "stream_options.include_usage", "boolean"),
-    ("include_usage checked when not streaming", chat(stream_options={"include_usage": 1}), TYPE, "stream_options.include_usage", "boolean"),
+    ("include_usage number", chat(stream=True, stream_options={"include_usage": 1}), TYPE, "stream_options.include_usage", "boolean"),
     ("top_logprobs one", chat(logprobs=True, top_logprobs=1), UNSUP, "top_logprobs", "sampled token"),
     ("top_logprobs 20", chat(top_logprobs=20), UNSUP, "top_logprobs", "not supported"),
     ("top_logprobs 21", chat(top_logprobs=21), VALUE, "top_logprobs", "between 0 and 20"),
@@ -271,6 +271,7 @@ COMPLETION_REFUSALS = [
     ("n", prompt(n=3), UNSUP, "n", "exactly one"),
     ("stream", prompt(stream="yes"), TYPE, "stream", "boolean"),
     ("stream_options", prompt(stream=True, stream_options={"include_usage": None, "x": 1}, logprobs=True), TYPE, "logprobs", "integer"),
+    ("stream_options when streaming", prompt(stream=True, stream_options={"include_usage": "yes"}), TYPE, "stream_options.include_usage", "boolean"),
     ("logprobs bool", prompt(logprobs=False), TYPE, "logprobs", "boolean"),
     ("logprobs float", prompt(logprobs=0.0), TYPE, "logprobs", "integer"),
     ("logprobs one", prompt(logprobs=1), UNSUP, "logprobs", "logprobs=0"),
@@ -551,6 +552,8 @@ ACCEPTED = [
     ("stop four", chat(stop=["a", "b", "c", "d"]), {"stop": ("a", "b", "c", "d")}),
     ("n one", chat(n=1), {}),
     ("include_usage needs stream", chat(stream=False, stream_options={"include_usage": True}), {"include_usage": False}),
+    ("stream_options ignored when not streaming", chat(stream_options={"include_usage": "yes"}), {"include_usage": False}),
+    ("stream_options any shape when not streaming", chat(stream=False, stream_options=[1]), {"include_usage": False}),
     ("stream_options other keys", chat(stream=True, stream_options={"continuous_usage_stats": 1}),
      {"stream": True, "include_usage": False}),
     ("top_logprobs zero", chat(logprobs=True, top_logprobs=0), {"logprobs": True}),
@@ -605,6 +608,8 @@ def test_completion_accepted():
     assert parse_completion_request({"prompt": ["Once"], "logprobs": None, "echo": False, "suffix": None,
                                      "best_of": 1, "max_completion_tokens": "ignored here"}) == CompletionRequest(prompt="Once")
     assert parse_completion_request(prompt(seed=-1, top_k=5, temperature=0)).seed == 2**64 - 1
+    # stream_options is ignored unless streaming (http.md §2.2), whatever it holds.
+    assert parse_completion_request(prompt(stream_options={"include_usage": "yes"})) == CompletionRequest(prompt="Once upon")
 
 
 # --------------------------------------------------------------------------- thinking resolution

@@ -208,12 +208,18 @@ def parse_only_one(body: dict, key: str) -> None:
 
 
 def parse_include_usage(body: dict, *, stream: bool) -> bool:
-    """`stream_options.include_usage`: validated either way, but it only counts when streaming."""
+    """`stream_options.include_usage`: read and validated only when streaming.
+
+    http.md §2.2 says `stream_options` is ignored unless streaming, so a blocking request's
+    `stream_options` is not looked at, whatever its shape.
+    """
+    if not stream:
+        return False
     options = optional_object(body, "stream_options")
     if options is None:
         return False
     include_usage = optional_bool(options, "include_usage", "stream_options.include_usage")
-    return stream and bool(include_usage)
+    return bool(include_usage)
 
 
 def parse_top_logprobs(body: dict) -> None:
