@@ -122,3 +122,30 @@ def test_importing_the_whole_domain_loads_no_outer_layer():
             "print(','.join(bad))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+# Records of marker ids, built positionally in marker order (``XtmlMarkerIds(*ids)``): the
+# field order is their contract, so they stay positional.
+POSITIONAL_BY_DESIGN = {"waste.domain.regions.XtmlMarkerIds",
+                        "waste.domain.kimitools.ToolMarkerIds"}
+
+
+def test_attrs_classes_past_three_fields_are_keyword_only():
+    import importlib
+    import inspect
+
+    import attrs
+
+    offenders = []
+    for path in sorted(DOMAIN.rglob("*.py")):
+        module = importlib.import_module(module_name(path, SRC))
+        for name, cls in vars(module).items():
+            if not (inspect.isclass(cls) and attrs.has(cls)
+                    and cls.__module__ == module.__name__):
+                continue
+            fields = [f for f in attrs.fields(cls) if f.init]
+            qualified = f"{module.__name__}.{name}"
+            if (len(fields) > 3 and any(not f.kw_only for f in fields)
+                    and qualified not in POSITIONAL_BY_DESIGN):
+                offenders.append(qualified)
+    assert offenders == []

@@ -467,7 +467,7 @@ class TestReplyReader:
     def test_truncated_utf8_becomes_a_replacement_character_at_the_end(self):
         reader = kimi().reply_reader(thinking=False)
         out = feed_pieces(reader, [(ord("a"), b"a"), (0x00E9, b"\xc3")])
-        assert reader.content == "a\ufffd" and out[-1] == Delta("content", "\ufffd")
+        assert reader.content == "a\ufffd" and out[-1] == Delta(kind="content", text="\ufffd")
 
     def test_kimi_tool_call_token_by_token(self):
         vocab = FakeVocabulary(K2_SPECIALS)
@@ -500,7 +500,7 @@ class TestReplyReader:
         assert reader.message() == {
             "role": "assistant", "content": "Je vérifie.functions.broken:1[1]",
             "tool_calls": [call.to_openai()]}
-        assert [d for d in out if d.kind == "tool_call"] == [Delta("tool_call", call=call, index=0)]
+        assert [d for d in out if d.kind == "tool_call"] == [Delta(kind="tool_call", call=call, index=0)]
         assert not any("<|" in d.text for d in out)
 
     def test_content_is_null_with_calls_and_no_text(self):

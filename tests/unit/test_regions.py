@@ -300,11 +300,11 @@ def test_spelled_out_markers_stay_text_when_fed_by_id():
 
 def test_text_mode_cannot_tell_and_holds_partial_markers():
     parser = new_parser(False)
-    assert parser.feed("a<|cl") == [Delta("content", "a")]
+    assert parser.feed("a<|cl") == [Delta(kind="content", text="a")]
     assert parser.feed("ose") == []
     assert parser.feed("|>response<") == []
     assert parser.feed("|sep|> ") == []  # TOP whitespace is held until it is not all whitespace
-    assert parser.feed("tail") == [Delta("content", " tail")]
+    assert parser.feed("tail") == [Delta(kind="content", text=" tail")]
     assert parser.finish() == []
     assert parser.content == "a tail"
 
@@ -326,15 +326,15 @@ def test_split_utf8_pieces():
     euro = "€".encode()
     assert parser.feed_token(1, euro[:1]) == []
     assert parser.feed_token(2, euro[1:2]) == []
-    assert parser.feed_token(3, euro[2:] + b"x") == [Delta("content", "€x")]
+    assert parser.feed_token(3, euro[2:] + b"x") == [Delta(kind="content", text="€x")]
     # Invalid bytes become U+FFFD; a character cut by a marker or by the end too.
-    assert parser.feed_token(4, b"\xff") == [Delta("content", "\ufffd")]
+    assert parser.feed_token(4, b"\xff") == [Delta(kind="content", text="\ufffd")]
     assert parser.feed_token(5, euro[:2]) == []
-    assert parser.feed_token(IDS.close, b"<|close|>") == [Delta("content", "\ufffd")]
+    assert parser.feed_token(IDS.close, b"<|close|>") == [Delta(kind="content", text="\ufffd")]
     parser.feed_token(6, b"response")
     parser.feed_token(IDS.sep, b"<|sep|>")
     assert parser.feed_token(7, "é".encode()[:1]) == []
-    assert parser.finish() == [Delta("content", "\ufffd")]
+    assert parser.finish() == [Delta(kind="content", text="\ufffd")]
     assert parser.content == "€x\ufffd\ufffd\ufffd"  # the last one is TOP text
 
 

@@ -22,7 +22,7 @@ def _utf8_decoder() -> codecs.IncrementalDecoder:
     return codecs.getincrementaldecoder("utf-8")(errors="replace")
 
 
-@attrs.define
+@attrs.define(kw_only=True)
 class ChatReplyReader:
     """An incremental reader of one generated chat.json turn. Never raises on model output.
 
@@ -124,7 +124,7 @@ class ChatReplyReader:
         self._state = CONTENT  # a call section ends the reasoning channel
         for outcome in self.calls.feed_marker(token_id):
             if isinstance(outcome, ToolCall):
-                out.append(Delta("tool_call", call=outcome, index=len(self._calls)))
+                out.append(Delta(kind="tool_call", call=outcome, index=len(self._calls)))
                 self._calls.append(outcome)
             else:
                 self._emit_content(outcome, out)
@@ -147,7 +147,7 @@ class ChatReplyReader:
         if self._held and not self._calls:
             held, self._held = self._held, ""
             self._content.append(held)
-            out.append(Delta(CONTENT, held))
+            out.append(Delta(kind=CONTENT, text=held))
         self._ended = True
 
     # -- text --------------------------------------------------------------------------------
@@ -164,7 +164,7 @@ class ChatReplyReader:
             self.calls.feed_text(text)
         elif self._state == REASONING:
             self._reasoning.append(text)
-            out.append(Delta(REASONING, text))
+            out.append(Delta(kind=REASONING, text=text))
         else:
             self._emit_content(text, out)
 
@@ -174,4 +174,4 @@ class ChatReplyReader:
             return
         text, self._held = self._held + text, ""
         self._content.append(text)
-        out.append(Delta(CONTENT, text))
+        out.append(Delta(kind=CONTENT, text=text))

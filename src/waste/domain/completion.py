@@ -17,7 +17,7 @@ from waste.domain.replies import Delta, ToolCall, assistant_message
 from waste.domain.stopstrings import ContentPiece, StopStringFilter
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Output:
     """One piece for the client: ``reasoning`` / ``content`` text, or a ``tool_call``.
 
@@ -41,7 +41,7 @@ class Reader(Protocol):
     def done(self) -> bool: ...
 
 
-@attrs.define
+@attrs.define(kw_only=True)
 class TextReader:
     """The raw-continuation reader for /v1/completions: every piece is content.
 
@@ -63,14 +63,14 @@ class TextReader:
             self.done = True
             return self.finish()
         text = piece if isinstance(piece, str) else self._decoder.decode(piece)
-        return [Delta("content", text)] if text else []
+        return [Delta(kind="content", text=text)] if text else []
 
     def finish(self) -> list[Delta]:
         text = self._decoder.decode(b"", final=True)
-        return [Delta("content", text)] if text else []
+        return [Delta(kind="content", text=text)] if text else []
 
 
-@attrs.define
+@attrs.define(kw_only=True)
 class ReplyAssembler:
     """Feeds token events to a reader and a stop-string filter; decides when to stop."""
 
@@ -138,10 +138,10 @@ class ReplyAssembler:
         for delta in deltas:
             if delta.kind == "reasoning":
                 self.reasoning.append(delta.text)
-                out.append(Output("reasoning", delta.text))
+                out.append(Output(kind="reasoning", text=delta.text))
             elif delta.kind == "tool_call" and delta.call is not None:
                 self.calls.append(delta.call)
-                out.append(Output("tool_call", call=delta.call, index=len(self.calls) - 1))
+                out.append(Output(kind="tool_call", call=delta.call, index=len(self.calls) - 1))
             elif delta.kind == "content" and content:
                 # All of a token's content becomes one piece, so one logprob entry per token.
                 released = self.stop_filter.push(ContentPiece(content, logprob))
@@ -159,4 +159,4 @@ class ReplyAssembler:
                 self.content_pieces.append(piece)
         text = "".join(p.text for p in pieces)
         self.content.append(text)
-        return Output("content", text, pieces=tuple(pieces))
+        return Output(kind="content", text=text, pieces=tuple(pieces))

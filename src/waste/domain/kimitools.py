@@ -107,10 +107,10 @@ class CallIds:
     names, so it carries the id its call was given.
     """
 
-    _client_ids: list[str | None] = attrs.field(factory=list)
-    _k2_ids: list[str] = attrs.field(factory=list)
-    _answered: list[bool] = attrs.field(factory=list)
-    _results_seen: int = 0
+    _client_ids: list[str | None] = attrs.field(factory=list, init=False)
+    _k2_ids: list[str] = attrs.field(factory=list, init=False)
+    _answered: list[bool] = attrs.field(factory=list, init=False)
+    _results_seen: int = attrs.field(default=0, init=False)
 
     def assign(self, calls: Sequence[dict]) -> list[str]:
         """Start a new assistant turn; return the K2 id of each call, in order."""
@@ -221,10 +221,10 @@ class CallSectionReader:
     """
 
     markers: ToolMarkerIds
-    _in_section: bool = False
-    _field: str | None = None  # "id" or "arguments" while inside a call
-    _id: list[str] = attrs.field(factory=list)
-    _arguments: list[str] = attrs.field(factory=list)
+    _in_section: bool = attrs.field(default=False, init=False)
+    _field: str | None = attrs.field(default=None, init=False)  # "id"/"arguments" in a call
+    _id: list[str] = attrs.field(factory=list, init=False)
+    _arguments: list[str] = attrs.field(factory=list, init=False)
 
     @property
     def active(self) -> bool:

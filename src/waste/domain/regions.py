@@ -226,7 +226,7 @@ class RegionParser:
         state = self._state
         if state == THINK:
             self._reasoning.append(text)
-            out.append(Delta("reasoning", text))
+            out.append(Delta(kind="reasoning", text=text))
         elif state == RESPONSE:
             self._add_content(text, out)
         elif state == TOP:
@@ -246,7 +246,7 @@ class RegionParser:
 
     def _add_content(self, text: str, out: list[Delta]) -> None:
         self._content.append(text)
-        out.append(Delta("content", text))
+        out.append(Delta(kind="content", text=text))
 
     def _on_marker(self, marker: str, out: list[Delta]) -> None:
         if self._state == DONE:
@@ -316,7 +316,7 @@ class RegionParser:
             return
         new_id = self.call_id_factory or _new_call_id
         call = ToolCall(id=new_id(), name=name, arguments=_arguments(draft.elements))
-        out.append(Delta("tool_call", call=call, index=len(self.tool_calls)))
+        out.append(Delta(kind="tool_call", call=call, index=len(self.tool_calls)))
         self.tool_calls.append(call)
 
 

@@ -24,7 +24,7 @@ class ToolCall:
                 "function": {"name": self.name, "arguments": self.arguments}}
 
 
-@attrs.frozen
+@attrs.frozen(kw_only=True)
 class Delta:
     """One piece of the reply. ``kind`` is ``reasoning``, ``content`` or ``tool_call``.
 

@@ -199,14 +199,14 @@ def _escape(value: str) -> str:
     return value.replace("&", "&amp;").replace('"', "&quot;")
 
 
-@attrs.define
+@attrs.define(kw_only=True)
 class _Renderer:
     """Accumulates segments and the image-prompt cursor over one render."""
 
     thinking: bool
     prompts: Sequence[str] | None
-    consumed: int = 0
-    out: list[Segment] = attrs.Factory(list)
+    consumed: int = attrs.field(default=0, init=False)
+    out: list[Segment] = attrs.field(factory=list, init=False)
 
     def open(self, tag: str, *attributes: tuple[str, Any]) -> None:
         self.out += markup(OPEN)
