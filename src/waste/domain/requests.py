@@ -140,13 +140,7 @@ def parse_chat_request(body: dict) -> ChatRequest:
     include_usage = parse_include_usage(body, stream=stream)
     parse_top_logprobs(body)
     thinking = parse_thinking(body)
-    for key in ("functions", "function_call"):
-        if body.get(key) is not None:
-            raise InvalidRequest(
-                f"{key} is not supported (it is OpenAI's deprecated form): use tools and tool_choice.",
-                key,
-                UNSUPPORTED,
-            )
+    _refuse_legacy_functions(body)
     return ChatRequest(
         messages=messages,
         tools=tools,
@@ -165,6 +159,17 @@ def parse_chat_request(body: dict) -> ChatRequest:
         thinking=thinking,
         image_parts=image_parts,
     )
+
+
+def _refuse_legacy_functions(body: dict) -> None:
+    """`functions` / `function_call`, OpenAI's deprecated tool fields: refused, never ignored."""
+    for key in ("functions", "function_call"):
+        if body.get(key) is not None:
+            raise InvalidRequest(
+                f"{key} is not supported (it is OpenAI's deprecated form): use tools and tool_choice.",
+                key,
+                UNSUPPORTED,
+            )
 
 
 def parse_tools(value: object) -> tuple[dict, ...] | None:

@@ -96,6 +96,26 @@ def parse_thinking(body: dict) -> ThinkingChoice:
             one of its kind (`invalid_value`, param = the later field); a switch contradicting the
             effort (`invalid_value`, param = the effort field).
     """
+    effort_param, effort_on, effort = _agreed_effort(body)
+    switch_param, switch = _agreed_switch(body)
+    if effort_param is not None and switch is not None and switch != effort_on:
+        asked = effort if effort_on else "an off effort"
+        raise InvalidRequest(
+            f"{effort_param} asks for {asked}, but {switch_param} is {str(switch).lower()}; "
+            "the effort and the thinking switch contradict each other.",
+            effort_param,
+            INVALID_VALUE,
+        )
+    return ThinkingChoice(
+        switch=switch,
+        effort=effort,
+        off=effort_param is not None and not effort_on,
+        param=effort_param or switch_param,
+    )
+
+
+def _agreed_effort(body: dict) -> tuple[str | None, bool, str | None]:
+    """The first effort field given, checked against every later one: (param, on, on-effort)."""
     effort_param: str | None = None
     effort: str | None = None
     effort_on = False
@@ -112,7 +132,11 @@ def parse_thinking(body: dict) -> ThinkingChoice:
                 param,
                 INVALID_VALUE,
             )
+    return effort_param, effort_on, effort
 
+
+def _agreed_switch(body: dict) -> tuple[str | None, bool | None]:
+    """The first thinking switch given, checked against every later one: (param, value)."""
     switch_param: str | None = None
     switch: bool | None = None
     for param, value in _switch_fields(body):
@@ -128,21 +152,7 @@ def parse_thinking(body: dict) -> ThinkingChoice:
                 param,
                 INVALID_VALUE,
             )
-
-    if effort_param is not None and switch is not None and switch != effort_on:
-        asked = effort if effort_on else "an off effort"
-        raise InvalidRequest(
-            f"{effort_param} asks for {asked}, but {switch_param} is {str(switch).lower()}; "
-            "the effort and the thinking switch contradict each other.",
-            effort_param,
-            INVALID_VALUE,
-        )
-    return ThinkingChoice(
-        switch=switch,
-        effort=effort,
-        off=effort_param is not None and not effort_on,
-        param=effort_param or switch_param,
-    )
+    return switch_param, switch
 
 
 def resolve_thinking(choice: ThinkingChoice, *, default_on: bool) -> tuple[bool, str | None]:
