@@ -451,6 +451,18 @@ def test_json_that_is_not_an_object_is_refused(arguments):
     )
 
 
+def test_an_integer_over_python_s_digit_cap_escapes_json_loads_as_upstream_would():
+    # CPython's json.loads raises a bare ValueError (not a JSONDecodeError) for an integer of
+    # more than 4,300 digits. We take upstream to catch only JSONDecodeError, so this is not
+    # the raw case: the ValueError escapes, relabelled (docs/DECISIONS.md, "XTML renderer").
+    assert arguments_render('{"n": ' + "7" * 4300 + "}") == argument("n", "number", "7" * 4300)
+    call = {"function": {"name": "f", "arguments": '{"n": ' + "7" * 4301 + "}"}}
+    kind, message = refusal(messages=[{"role": "assistant", "tool_calls": [call]}])
+    assert kind == "ValueError" and message.startswith("Exceeds the limit (4300 digits)")
+    deep = {"function": {"name": "f", "arguments": "[" * 100_000}}
+    assert refusal(messages=[{"role": "assistant", "tool_calls": [deep]}])[0] == "RecursionError"
+
+
 @pytest.mark.parametrize("arguments", [[1], 5, 1.5, True, False, ("a",)])
 def test_arguments_of_another_type_are_refused(arguments):
     call = {"function": {"name": "f", "arguments": arguments}}
