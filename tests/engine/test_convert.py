@@ -139,7 +139,7 @@ def test_params_match_a_python_count(torch_stack, libwaste, tiny_f32):
     per_expert = 3 * cfg.hidden_size * cfg.moe_intermediate_size
     n_moe = cfg.mlp_layer_types.count("sparse")
     active = total - model.model.embed_tokens.weight.numel() - n_moe * (cfg.num_local_experts - cfg.num_experts_per_tok) * per_expert
-    with open_ctx(libwaste, path) as c:
+    with open_ctx(path) as c:
         assert c.info.params_total == total
         assert c.info.params_active == active
 
