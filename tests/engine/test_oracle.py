@@ -46,7 +46,7 @@ def engine_run(path, prompt, toks):
 
 def measured(label: str, max_abs: float, agree: float, n: int, note: str = "") -> str:
     """One summary line: what was compared, its max-abs error and argmax agreement."""
-    return f"{label:<58} max-abs {max_abs:.3e}  argmax agreement {agree:.3f} over {n} positions{note}"
+    return f"{label:<60} max-abs {max_abs:.3e}  argmax agreement {agree:.3f} over {n} positions{note}"
 
 
 def prompt_of(n, vocab, seed):
@@ -115,3 +115,30 @@ def test_quantized_container(torch_stack, libwaste, q_ckpt, tiny_dir, report_mea
     assert exact < 1e-3
     assert agree >= 0.95
     assert err < tol
+
+
+class _Reporter:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def write_sep(self, sep: str, title: str) -> None:
+        self.lines.append(f"{sep * 3} {title}")
+
+    def write_line(self, line: str) -> None:
+        self.lines.append(line)
+
+
+def test_measurements_are_printed_in_the_summary(monkeypatch):
+    """The recorded lines reach the terminal summary (without -s); nothing is printed when
+    no oracle ran (e.g. the sanitizer subprocess)."""
+    from tests.engine import conftest
+
+    reporter = _Reporter()
+    monkeypatch.setattr(conftest, "_MEASURED", [])
+    conftest.pytest_terminal_summary(reporter)
+    assert reporter.lines == []
+    line = measured("f32 A (x) prompt 1 + 8 steps", 8.3e-6, 1.0, 9)
+    assert "max-abs 8.300e-06  argmax agreement 1.000 over 9 positions" in line
+    monkeypatch.setattr(conftest, "_MEASURED", [line])
+    conftest.pytest_terminal_summary(reporter)
+    assert reporter.lines == ["--- oracle: measured libwaste vs transformers", line]
