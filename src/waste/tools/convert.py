@@ -35,6 +35,7 @@ class TensorPlan:
         self.used: set[str] = set()
 
     def add(self, canon: str, src: str, shape: tuple, kind: str) -> None:
+        """Plan trunk tensor ``canon`` from checkpoint tensor ``src`` of ``shape``."""
         self.trunk.append((canon, src, shape, kind))
         self.used.add(src)
 
@@ -178,6 +179,7 @@ class _Formats:
         self.st, self.trunk, self.experts, self.group = st, trunk, experts, group
 
     def resolve(self, choice: str, src: str) -> str:
+        """The format ``choice`` ("source", "f32", "bf16", "int8") means for tensor ``src``."""
         if choice == "source":
             return "bf16" if self.st.dtype(src) == "BF16" else "f32"
         return choice

@@ -27,6 +27,8 @@ INDEX = "model.safetensors.index.json"
 
 
 class Entry(NamedTuple):
+    """One tensor: its file, safetensors dtype, shape and absolute byte range in the file."""
+
     path: Path
     dtype: str
     shape: tuple[int, ...]
@@ -133,9 +135,11 @@ class SafeTensors:
                 raise ConvertError(f"tensor {extra[0]} ({self.entries[extra[0]].path.name}) is missing from {INDEX}")
 
     def shape(self, name: str) -> tuple[int, ...]:
+        """The shape of tensor ``name`` as its header gives it."""
         return self.entries[name].shape
 
     def dtype(self, name: str) -> str:
+        """The safetensors dtype of tensor ``name``: "F32", "F16" or "BF16"."""
         return self.entries[name].dtype
 
     def load(self, name: str) -> np.ndarray:

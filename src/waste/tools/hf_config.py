@@ -159,6 +159,19 @@ def _linear_attention(fields: _Fields, lac: _Fields) -> dict:
             "linear_conv_kernel_dim": pick("short_conv_kernel_size", "linear_conv_kernel_dim", 4)}
 
 
+def _moe(fields: _Fields) -> dict:
+    """The router's and experts' fields, under their canonical names."""
+    return {
+        "num_experts": fields.integer("num_experts", "num_local_experts", "n_routed_experts"),
+        "num_experts_per_token": fields.integer("num_experts_per_token", "num_experts_per_tok"),
+        "num_shared_experts": fields.integer("num_shared_experts", "n_shared_experts", default=0, minimum=0),
+        "moe_renormalize": fields.flag("moe_renormalize", "norm_topk_prob", default=True),
+        "routed_scaling_factor": fields.number("routed_scaling_factor"),
+        "num_expert_group": fields.integer("num_expert_group", "n_group", default=1),
+        "topk_group": fields.integer("topk_group", default=1),
+    }
+
+
 def _check_supported(out: dict) -> None:
     """What libwaste refuses at open (engine.md §4.1), refused before anything is written."""
     if out["hidden_act"] != "silu":
@@ -198,13 +211,7 @@ def normalise_config(raw: Any) -> dict:
         "num_hidden_layers": n_layers,
         "intermediate_size": fields.integer("intermediate_size"),
         "moe_intermediate_size": fields.integer("moe_intermediate_size"),
-        "num_experts": fields.integer("num_experts", "num_local_experts", "n_routed_experts"),
-        "num_experts_per_token": fields.integer("num_experts_per_token", "num_experts_per_tok"),
-        "num_shared_experts": fields.integer("num_shared_experts", "n_shared_experts", default=0, minimum=0),
-        "moe_renormalize": fields.flag("moe_renormalize", "norm_topk_prob", default=True),
-        "routed_scaling_factor": fields.number("routed_scaling_factor"),
-        "num_expert_group": fields.integer("num_expert_group", "n_group", default=1),
-        "topk_group": fields.integer("topk_group", default=1),
+        **_moe(fields),
         "layer_types": _layer_types(cfg, lac, n_layers),
         "mlp_layer_types": _mlp_layer_types(fields, n_layers),
         **_linear_attention(fields, lac_fields),
