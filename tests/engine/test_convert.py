@@ -1,10 +1,12 @@
-"""tools.convert and tools.container: config normalisation, name checks, determinism, and
-the byte layouts of docs/FORMAT.md read back independently of the C reader."""
+"""tools.convert and tools.container: config normalisation, determinism, the input forms
+(bf16 source, sharded with an index, layer 0's MLP under ``mlp.``), and the byte layouts of
+docs/FORMAT.md read back independently of the C reader. Refusals: test_convert_refusals.py."""
 
 from __future__ import annotations
 
 import base64
 import json
+import shutil
 import struct
 import zlib
 from pathlib import Path
@@ -13,6 +15,8 @@ import numpy as np
 import pytest
 
 from tests.engine import tiny
+from tests.engine.tiny import write_safetensors
+from waste.adapters.native import NativeEngine, NativeOptions
 from waste.tools import convert as cv
 from waste.tools.container import ContainerWriter, quantize_int8, to_bf16_bits
 
@@ -104,28 +108,8 @@ def test_conversion_is_deterministic_and_carries_the_tokenizer(torch_stack, tiny
     assert not any(p.name.endswith(".tmp") for p in tmp_path.iterdir())
 
 
-def test_unknown_and_missing_tensors_are_refused_by_name(torch_stack, tiny_dir, tmp_path):
-    _, hf = tiny.make_checkpoint(torch_stack, tiny_dir / "hf-names", tiny.CONFIG_A, seed=12)
-    cfg = json.loads((Path(hf) / "config.json").read_text())
-    bad = tmp_path / "hf"
-    bad.mkdir()
-    (bad / "config.json").write_text(json.dumps(cfg))
-    st = cv.SafeTensors(Path(hf))
-    tensors = {n: st.load(n) for n in st.entries}
-    tensors["model.layers.0.self_attn.surprise.weight"] = np.zeros((2, 2), np.float32)
-    write_safetensors(bad / "model.safetensors", tensors)
-    with pytest.raises(cv.ConvertError, match="unknown tensors: model.layers.0.self_attn.surprise.weight"):
-        cv.convert(bad, tmp_path / "x.waste")
-    del tensors["model.layers.0.self_attn.surprise.weight"]
-    del tensors["model.layers.2.block_sparse_moe.experts.3.w2.weight"]
-    write_safetensors(bad / "model.safetensors", tensors)
-    with pytest.raises(cv.ConvertError, match="missing tensors: model.layers.2.block_sparse_moe.experts.3.w2"):
-        cv.convert(bad, tmp_path / "x.waste")
-    assert not (tmp_path / "x.waste").exists() and not (tmp_path / "x.waste.tmp").exists()
-
-
-def test_int8_refuses_widths_that_are_not_a_group_multiple(torch_stack, tiny_dir, tmp_path):
-    _, hf = tiny.make_checkpoint(torch_stack, tiny_dir / "hf-g", tiny.CONFIG_A, seed=13)
+def test_int8_refuses_widths_that_are_not_a_group_multiple(tiny_hf, tmp_path):
+    _, hf = tiny_hf
     with pytest.raises(cv.ConvertError, match="blk.0.kda.f_b"):
         cv.convert(hf, tmp_path / "g.waste", trunk="int8", experts="int8")
 
@@ -139,17 +123,76 @@ def test_params_match_a_python_count(torch_stack, libwaste, tiny_f32):
     per_expert = 3 * cfg.hidden_size * cfg.moe_intermediate_size
     n_moe = cfg.mlp_layer_types.count("sparse")
     active = total - model.model.embed_tokens.weight.numel() - n_moe * (cfg.num_local_experts - cfg.num_experts_per_tok) * per_expert
-    with open_ctx(libwaste, path) as c:
+    with open_ctx(path) as c:
         assert c.info.params_total == total
         assert c.info.params_active == active
 
 
-def write_safetensors(path: Path, tensors: dict) -> None:
-    header, blobs, at = {}, [], 0
-    for name in sorted(tensors):
-        a = np.ascontiguousarray(tensors[name], "<f4")
-        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [at, at + a.nbytes]}
-        blobs.append(a.tobytes())
-        at += a.nbytes
-    h = json.dumps(header).encode()
-    path.write_bytes(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+def same_container(a: Path, b: Path) -> bool:
+    names = sorted(p.name for p in a.iterdir())
+    return names == sorted(p.name for p in b.iterdir()) and all(
+        (a / n).read_bytes() == (b / n).read_bytes() for n in names)
+
+
+def copy_tokenizer(src: Path, dst: Path) -> None:
+    for name in ("tiktoken.model", "tokenizer_config.json"):
+        shutil.copy(Path(src) / name, dst / name)
+
+
+def test_sharded_checkpoint_with_index_converts_identically(tiny_hf, tiny_f32, tmp_path):
+    model, hf = tiny_hf
+    sharded = tmp_path / "hf-sharded"
+    model.save_pretrained(sharded, max_shard_size="300KB")
+    copy_tokenizer(hf, sharded)
+    shards = sorted(p.name for p in sharded.glob("*.safetensors"))
+    assert len(shards) > 2 and (sharded / "model.safetensors.index.json").exists()
+    out = cv.convert(sharded, tmp_path / "sharded.waste", trunk="f32", experts="f32")
+    assert same_container(out, tiny_f32[1])
+
+
+def test_layer0_mlp_is_accepted_under_mlp_or_block_sparse_moe(tiny_hf, tiny_f32, tmp_path):
+    _, hf = tiny_hf
+    st = cv.SafeTensors(Path(hf))
+    tensors = {n: st.load(n) for n in st.entries}
+    moonshot = {n.replace("layers.0.block_sparse_moe.", "layers.0.mlp."): a for n, a in tensors.items()}
+    assert "model.layers.0.mlp.gate_proj.weight" in moonshot        # Moonshot's release naming
+    for name, weights in (("mlp", moonshot), ("both", {**tensors, **moonshot})):
+        d = tmp_path / f"hf-{name}"
+        d.mkdir()
+        shutil.copy(Path(hf) / "config.json", d / "config.json")
+        copy_tokenizer(hf, d)
+        write_safetensors(d / "model.safetensors", weights)
+    out = cv.convert(tmp_path / "hf-mlp", tmp_path / "mlp.waste", trunk="f32", experts="f32")
+    assert same_container(out, tiny_f32[1])
+    with pytest.raises(cv.ConvertError, match="unknown tensors: model.layers.0.block_sparse_moe.down_proj"):
+        cv.convert(tmp_path / "hf-both", tmp_path / "both.waste", trunk="f32", experts="f32")
+
+
+def test_bf16_checkpoint_converts_losslessly_by_default(torch_stack, tiny_hf, tmp_path, report_measurement):
+    """No --dtype: ``source`` keeps bf16 matrices bf16 (norms, router, conv stay f32), so the
+    engine matches transformers running the same bf16 weights upcast to f32."""
+    torch, transformers = torch_stack
+    _, hf = tiny_hf
+    bf16_dir = tmp_path / "hf-bf16"
+    transformers.KimiLinearForCausalLM.from_pretrained(hf, dtype=torch.bfloat16).save_pretrained(bf16_dir)
+    copy_tokenizer(hf, bf16_dir)
+    assert {e.dtype for e in cv.SafeTensors(bf16_dir).entries.values()} == {"BF16"}
+    assert cv.main([str(bf16_dir), str(tmp_path / "bf16.waste")]) == 0
+    manifest = json.loads((tmp_path / "bf16.waste" / "manifest.json").read_text())
+    assert manifest["quant"] == {"trunk": "bf16", "experts": "bf16", "group": 0}
+    formats = {t["name"]: t["format"] for t in manifest["tensors"]}
+    assert formats["lm_head"] == formats["embed"] == formats["blk.0.kda.q_proj"] == "bf16"
+    assert formats["blk.0.attn_norm"] == formats["blk.1.moe.router"] == formats["blk.0.kda.q_conv"] == "f32"
+    assert {b["format"] for b in manifest["banks"]} == {"bf16"}
+
+    reference = transformers.KimiLinearForCausalLM.from_pretrained(bf16_dir, dtype=torch.float32).eval()
+    prompt = [int(x) for x in np.random.default_rng(4).integers(3, 512, 24)]
+    with torch.no_grad():
+        expected = reference(torch.tensor([prompt])).logits[0].double().numpy()
+    with NativeEngine.open(tmp_path / "bf16.waste", NativeOptions(usage_path="")) as engine:
+        got = np.array([engine.eval([t]) for t in prompt], dtype=np.float64)
+    err = float(np.abs(got - expected).max())
+    agree = float((got.argmax(1) == expected.argmax(1)).mean())
+    report_measurement(f"{'bf16 source (lossless) vs the same weights in f32':<60} max-abs {err:.3e}  "
+                       f"argmax agreement {agree:.3f} over {len(prompt)} positions")
+    assert err < 1e-3 and agree == 1.0

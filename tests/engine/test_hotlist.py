@@ -2,7 +2,8 @@
 
 Counts are checked against what the engine itself reports as hits + misses; the file is parsed
 here from the FORMAT.md layout with the fingerprint recomputed (FNV-1a 64 of manifest.json).
-Every test works on a private copy of the tiny container: usage.waste lands next to it.
+Every test works on a private copy of the default synthetic container (8 experts in each of
+3 MoE layers, no torch needed): usage.waste lands next to it.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.engine.conftest import NATIVE
-from tests.engine.native import open_ctx, try_open
+from tests.engine.conftest import EXTENSION_ENV, NATIVE
+from tests.engine.native import open_ctx, plan_of, try_open
 
 HEADER = struct.Struct("<8sIIQ")
 ENTRY = struct.Struct("<IIQ")
@@ -52,37 +53,20 @@ def prompt_of(n, vocab, seed=11):
     return [int(x) for x in np.random.default_rng(seed).integers(3, vocab, n)]
 
 
-@pytest.fixture(scope="module")
-def lib(libwaste) -> Path:
-    """libwaste, or the sanitizer build that test_sanitizers.py points WASTE_TEST_LIB at."""
-    return Path(os.environ.get("WASTE_TEST_LIB") or libwaste)
-
-
 @pytest.fixture()
-def model(tiny_f32, tmp_path) -> Path:
+def model(synthetic_f32, tmp_path) -> Path:
     dst = tmp_path / "m.waste"
-    shutil.copytree(tiny_f32[1], dst)
+    shutil.copytree(synthetic_f32, dst)
     return dst
 
 
-def plan_of(lib_path, path: Path, **cfg):
-    from waste.tools.eval import open_library
-
-    ffi, lib = open_library(lib_path)
-    c = ffi.new("waste_cfg *")
-    lib.waste_cfg_init(c)
-    for k, v in cfg.items():
-        setattr(c, k, v)
-    p = ffi.new("waste_plan *")
-    lib.waste_plan_init(p)
-    err = ffi.new("char[512]")
-    assert lib.waste_plan_memory(str(path).encode(), c, p, err, 512) == 0, ffi.string(err)
-    return p
-
-
 @pytest.fixture()
-def plan(lib, model):
-    return plan_of(lib, model)
+def plan(model):
+    return plan_of(model)
+
+
+def plan_vocab(model: Path) -> int:
+    return json.loads((model / "manifest.json").read_text())["config"]["vocab_size"]
 
 
 def fingerprint_of(model: Path) -> int:
@@ -95,8 +79,7 @@ def moe_layers(model: Path) -> list[int]:
 
 
 def save(ctx, path=None) -> tuple[str, str]:
-    st = ctx.lib.waste_save_usage(ctx.ctx, ctx.ffi.NULL if path is None else str(path).encode())
-    return ctx.name(st), ctx.detail() if st else ""
+    return ctx.save_usage(path)
 
 
 def note(ctx) -> str:
@@ -105,9 +88,9 @@ def note(ctx) -> str:
 
 
 # ---- counting, saving, warming -------------------------------------------------------------
-def test_rerun_after_save_usage_warms_and_misses_less(lib, model, plan):
+def test_rerun_after_save_usage_warms_and_misses_less(model, plan):
     budget = plan.floor_bytes + 4 * plan.record_bytes           # 8 of 24 experts fit
-    with open_ctx(lib, model, ram_budget_bytes=budget) as c:
+    with open_ctx(model, ram_budget_bytes=budget) as c:
         ids = prompt_of(40, c.vocab)
         first = c.eval(ids)
         s1 = c.stats()
@@ -121,7 +104,7 @@ def test_rerun_after_save_usage_warms_and_misses_less(lib, model, plan):
     assert all(0 <= e < 8 and n > 0 for (_, e), n in counts.items())
     assert [p.name for p in model.iterdir() if ".tmp." in p.name] == []
 
-    with open_ctx(lib, model, ram_budget_bytes=budget) as c:
+    with open_ctx(model, ram_budget_bytes=budget) as c:
         s = c.stats()
         assert s.usage_entries == len(counts) and s.usage_skipped == 0 and note(c) == ""
         assert s.warm_slots == min(8, len(counts)) and s.slots_used == s.warm_slots
@@ -137,13 +120,13 @@ def test_rerun_after_save_usage_warms_and_misses_less(lib, model, plan):
     assert merged == {k: 2 * n for k, n in counts.items()}       # same routing, counts merged
 
 
-def test_floor_budget_rerun_is_warm_and_identical(lib, model, plan):
-    with open_ctx(lib, model, ram_budget_bytes=plan.floor_bytes) as c:
+def test_floor_budget_rerun_is_warm_and_identical(model, plan):
+    with open_ctx(model, ram_budget_bytes=plan.floor_bytes) as c:
         ids = prompt_of(30, c.vocab, seed=3)
         ref = [c.eval([t]).tobytes() for t in ids]                # decode-style: one per token
         s1 = c.stats()
         assert save(c) == ("OK", "")
-    with open_ctx(lib, model, ram_budget_bytes=plan.floor_bytes) as c:
+    with open_ctx(model, ram_budget_bytes=plan.floor_bytes) as c:
         s = c.stats()
         assert s.warm_bytes == s.slots_total * plan.record_bytes > 0
         assert [c.eval([t]).tobytes() for t in ids] == ref
@@ -151,21 +134,21 @@ def test_floor_budget_rerun_is_warm_and_identical(lib, model, plan):
         assert s2.misses <= s1.misses and s2.hits + s2.misses == s1.hits + s1.misses
 
 
-def test_logits_identical_with_and_without_hotlist(lib, model, plan):
-    with open_ctx(lib, model) as c:
+def test_logits_identical_with_and_without_hotlist(model, plan):
+    with open_ctx(model) as c:
         c.eval(prompt_of(50, c.vocab, seed=8))
         assert save(c) == ("OK", "")
-    ids = prompt_of(25, 512, seed=9)
+    ids = prompt_of(25, plan_vocab(model), seed=9)
     for budget in (plan.floor_bytes, 0):
-        with open_ctx(lib, model, ram_budget_bytes=budget) as warm, \
-                open_ctx(lib, model, ram_budget_bytes=budget, usage_path="") as cold:
+        with open_ctx(model, ram_budget_bytes=budget) as warm, \
+                open_ctx(model, ram_budget_bytes=budget, usage_path="") as cold:
             assert warm.stats().warm_bytes > 0 and cold.stats().warm_bytes == 0
             assert warm.eval(ids).tobytes() == cold.eval(ids).tobytes()
             assert [warm.eval([t]).tobytes() for t in ids[:5]] == [cold.eval([t]).tobytes() for t in ids[:5]]
 
 
-def test_generate_counts_decode_accesses(lib, model):
-    with open_ctx(lib, model, usage_path="") as c:
+def test_generate_counts_decode_accesses(model):
+    with open_ctx(model, usage_path="") as c:
         st, _, res, _ = c.generate(prompt_of(12, c.vocab), max_tokens=6)
         assert st == "OK"
         s = c.stats()
@@ -176,8 +159,8 @@ def test_generate_counts_decode_accesses(lib, model):
 
 
 # ---- the file is a hint only ---------------------------------------------------------------
-def _saved(lib, model) -> bytes:
-    with open_ctx(lib, model) as c:
+def _saved(model) -> bytes:
+    with open_ctx(model) as c:
         c.eval(prompt_of(20, c.vocab))
         assert save(c) == ("OK", "")
     return (model / "usage.waste").read_bytes()
@@ -193,10 +176,10 @@ def _saved(lib, model) -> bytes:
     (lambda raw, fp: raw[:12] + struct.pack("<I", 0xFFFFFFFF) + raw[16:], "more entries"),
     (lambda raw, fp: b"", "header"),
 ])
-def test_damaged_usage_file_is_ignored(lib, model, damage, needle):
-    raw = _saved(lib, model)
+def test_damaged_usage_file_is_ignored(model, damage, needle):
+    raw = _saved(model)
     (model / "usage.waste").write_bytes(damage(raw, fingerprint_of(model)))
-    status, detail, ctx = try_open(lib, model)
+    status, detail, ctx = try_open(model)
     assert status == "OK", detail
     with ctx as c:
         s = c.stats()
@@ -204,25 +187,25 @@ def test_damaged_usage_file_is_ignored(lib, model, damage, needle):
         assert needle in note(c) and "usage.waste" in note(c)
         ids = prompt_of(10, c.vocab)
         got = c.eval(ids)
-    with open_ctx(lib, model, usage_path="") as ref:
+    with open_ctx(model, usage_path="") as ref:
         assert got.tobytes() == ref.eval(ids).tobytes()
 
 
-def test_manifest_change_invalidates_the_hotlist(lib, model):
-    _saved(lib, model)
+def test_manifest_change_invalidates_the_hotlist(model):
+    _saved(model)
     m = model / "manifest.json"
     m.write_bytes(m.read_bytes() + b"\n")                        # same model, new fingerprint
-    with open_ctx(lib, model) as c:
+    with open_ctx(model) as c:
         s = c.stats()
         assert s.warm_bytes == 0 and "fingerprint" in note(c)
 
 
-def test_bad_entries_are_skipped(lib, model):
+def test_bad_entries_are_skipped(model):
     moe = moe_layers(model)
     dense = next(i for i in range(4) if i not in moe)
     write_usage(model / "usage.waste", fingerprint_of(model), [
         (moe[0], 3, 5), (dense, 0, 9), (moe[1], 8, 7), (1000, 0, 4), (moe[1], 1, 0), (moe[2], 7, 2**64 - 1)])
-    with open_ctx(lib, model) as c:
+    with open_ctx(model) as c:
         s = c.stats()
         assert (s.usage_entries, s.usage_skipped, s.warm_slots) == (2, 4, 2)
         assert "skipped 4" in note(c)
@@ -231,7 +214,7 @@ def test_bad_entries_are_skipped(lib, model):
     assert counts == {(moe[0], 3): 5, (moe[2], 7): 2**64 - 1}    # saturating, never wraps
 
 
-def test_damaged_record_met_while_warming_fails_open_naming_it(lib, model, plan):
+def test_damaged_record_met_while_warming_fails_open_naming_it(model, plan):
     """The file is a hint, the container is not: a record that would fail its first use fails
     the warm-up, naming the record and the hotlist."""
     layer = moe_layers(model)[0]
@@ -241,25 +224,25 @@ def test_damaged_record_met_while_warming_fails_open_naming_it(lib, model, plan)
     at = 4096 + 5 * plan.record_bytes
     raw[at + 16:at + 20] = struct.pack("<I", 6)                   # record says expert 6
     bank.write_bytes(bytes(raw))
-    status, detail, _ = try_open(lib, model)
+    status, detail, _ = try_open(model)
     assert status == "E_FORMAT"
     assert f"warming the expert cache from {model}/usage.waste" in detail
     assert f"expert 5 of layer {layer}: record says layer {layer} expert 6" in detail
-    with open_ctx(lib, model, usage_path="") as c:               # without the hint it opens
+    with open_ctx(model, usage_path="") as c:               # without the hint it opens
         assert c.stats().warm_bytes == 0
 
 
-def test_usage_path_directory_is_ignored(lib, model):
+def test_usage_path_directory_is_ignored(model):
     (model / "usage.waste").mkdir()
-    with open_ctx(lib, model) as c:
+    with open_ctx(model) as c:
         assert c.stats().warm_bytes == 0 and "regular file" in note(c)
 
 
 # ---- paths ---------------------------------------------------------------------------------
-def test_empty_usage_path_reads_and_writes_nothing(lib, model):
-    raw = _saved(lib, model)
+def test_empty_usage_path_reads_and_writes_nothing(model):
+    raw = _saved(model)
     before = sorted(p.name for p in model.iterdir())
-    with open_ctx(lib, model, usage_path="") as c:
+    with open_ctx(model, usage_path="") as c:
         s = c.stats()
         assert s.warm_bytes == 0 and s.usage_entries == 0 and note(c) == ""
         c.eval(prompt_of(20, c.vocab, seed=4))
@@ -269,21 +252,21 @@ def test_empty_usage_path_reads_and_writes_nothing(lib, model):
     assert sorted(p.name for p in model.iterdir()) == before
 
 
-def test_custom_usage_path(lib, model, tmp_path):
+def test_custom_usage_path(model, tmp_path):
     elsewhere = tmp_path / "hot" / "u.bin"
     elsewhere.parent.mkdir()
-    with open_ctx(lib, model, usage_path=str(elsewhere)) as c:
+    with open_ctx(model, usage_path=str(elsewhere)) as c:
         c.eval(prompt_of(20, c.vocab))
         assert save(c) == ("OK", "")
     assert elsewhere.exists() and not (model / "usage.waste").exists()
-    with open_ctx(lib, model, usage_path=str(elsewhere)) as c:
+    with open_ctx(model, usage_path=str(elsewhere)) as c:
         assert c.stats().warm_bytes > 0
-    with open_ctx(lib, model) as c:                          # the default is not it
+    with open_ctx(model) as c:                          # the default is not it
         assert c.stats().warm_bytes == 0
 
 
-def test_save_failure_is_a_clear_status(lib, model, tmp_path):
-    with open_ctx(lib, model) as c:
+def test_save_failure_is_a_clear_status(model, tmp_path):
+    with open_ctx(model) as c:
         c.eval(prompt_of(5, c.vocab))
         missing = tmp_path / "no-such-dir" / "usage.waste"
         status, detail = save(c, missing)
@@ -306,15 +289,15 @@ def test_save_failure_is_a_clear_status(lib, model, tmp_path):
         assert save(c) == ("OK", "")
 
 
-def test_tokenizer_only_ctx_has_no_hotlist(lib, model):
-    with open_ctx(lib, model, tokenizer_only=1) as c:
+def test_tokenizer_only_ctx_has_no_hotlist(model):
+    with open_ctx(model, tokenizer_only=1) as c:
         status, detail = save(c)
         assert status == "E_UNSUPPORTED" and "tokenizer_only" in detail
 
 
 # ---- memory accounting ---------------------------------------------------------------------
-def test_allocated_matches_plan_and_peak_is_a_high_water_mark(lib, model, plan):
-    with open_ctx(lib, model, ram_budget_bytes=plan.floor_bytes, usage_path="") as c:
+def test_allocated_matches_plan_and_peak_is_a_high_water_mark(model, plan):
+    with open_ctx(model, ram_budget_bytes=plan.floor_bytes, usage_path="") as c:
         s = c.stats()
         steady = plan.trunk_bytes + plan.state_bytes + plan.scratch_bytes + s.slots_total * plan.record_bytes
         assert s.allocated_bytes == steady == plan.floor_bytes   # measured at the allocation sites
@@ -324,8 +307,8 @@ def test_allocated_matches_plan_and_peak_is_a_high_water_mark(lib, model, plan):
         s = c.stats()
         assert s.allocated_bytes == steady                       # the piece buffer was freed
         assert s.peak_bytes > steady                             # ...but it was held
-    _saved(lib, model)
-    with open_ctx(lib, model) as c:
+    _saved(model)
+    with open_ctx(model) as c:
         s = c.stats()
         assert s.usage_entries > 0
         # reading the file and ranking its counts were held on top of everything else
@@ -335,7 +318,7 @@ def test_allocated_matches_plan_and_peak_is_a_high_water_mark(lib, model, plan):
 def test_peak_rss_stays_within_budget_plus_32_mib(libwaste, tmp_path):
     """engine.md §7: experts far larger than the budget, VmHWM <= budget + 32 MiB (a C driver,
     so no interpreter sits in the resident set)."""
-    if os.environ.get("WASTE_TEST_LIB"):
+    if os.environ.get(EXTENSION_ENV):
         pytest.skip("under the sanitizer build: its shadow memory is not the engine's")
     if not Path("/proc/self/status").exists():
         pytest.skip("no /proc/self/status: VmHWM cannot be read on this system")
@@ -346,10 +329,10 @@ def test_peak_rss_stays_within_budget_plus_32_mib(libwaste, tmp_path):
     model = build_container(tmp_path / "big.waste", seed=1, geometry=geometry, chat_json="none")
     exe = tmp_path / "mem_driver"
     build = subprocess.run(["gcc", "-std=c11", "-O2", f"-I{NATIVE / 'include'}", str(NATIVE / "tests" / "mem_driver.c"),
-                            str(NATIVE / "build" / "libwaste.a"), "-lm", "-pthread", "-o", str(exe)],
+                            str(libwaste), "-lm", "-pthread", "-o", str(exe)],
                            capture_output=True, text=True)
     assert build.returncode == 0, build.stderr
-    plan = plan_of(libwaste, model)
+    plan = plan_of(model)
     mib = 1 << 20
     budget = plan.floor_bytes + 6 * plan.record_bytes
     assert plan.expert_bytes > budget + 32 * mib + 40 * mib, "caching every expert must break the bound"

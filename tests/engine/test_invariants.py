@@ -1,14 +1,20 @@
 """Bit-exact invariants of libwaste (engine.md §7): equal inputs give byte-identical logits
 whatever the chunking, thread count, kernel set or snapshot route, and reruns repeat.
-Also checks the sampler against an independent Python implementation of §2 Sampling."""
+Also checks the sampler against an independent Python implementation of §2 Sampling.
+Containers are synthetic (waste.tools.make_container): no torch needed."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from tests.engine import tiny
-from tests.engine.native import open_ctx
+from tests.engine.native import build_info, open_ctx, plan_of
+from waste.tools.make_container import Geometry, build_container
+
+# Odd widths (tails of the 16-lane kernels), MLA first, top-3 and two shared experts.
+ODD = Geometry(layers=3, layout="MKK", hidden=72, intermediate=100, moe_intermediate=24,
+               experts=6, top_k=3, shared=2, kda_heads=3, kda_head_dim=12, conv_kernel=2,
+               mla_heads=3, kv_lora_rank=20, qk_nope=12, qk_rope=6, v_head=10)
 
 
 def prompt_of(n, vocab, seed=5):
@@ -16,16 +22,17 @@ def prompt_of(n, vocab, seed=5):
 
 
 @pytest.fixture(scope="module")
-def containers(torch_stack, tiny_dir, tiny_f32):
-    """f32 tiny (A), odd widths (C, kernel tails), int8 and bf16 (Q)."""
-    _, a = tiny_f32
-    _, c_hf = tiny.make_checkpoint(torch_stack, tiny_dir / "hf-c-inv", tiny.CONFIG_C, seed=2)
-    _, q_hf = tiny.make_checkpoint(torch_stack, tiny_dir / "hf-q-inv", tiny.CONFIG_Q, seed=3)
+def containers(synthetic_dir, synthetic_f32):
+    """The default synthetic container in f32, bf16 and int8, and one with odd widths."""
+    def build(name, **kw):
+        out = synthetic_dir / name
+        return out if out.exists() else build_container(out, seed=1, **kw)
+
     return {
-        "f32": a,
-        "f32-odd": tiny.convert(c_hf, tiny_dir / "c-inv.waste", "f32"),
-        "bf16": tiny.convert(q_hf, tiny_dir / "q-inv-bf16.waste", "bf16"),
-        "int8": tiny.convert(q_hf, tiny_dir / "q-inv-int8.waste", "int8"),
+        "f32": synthetic_f32,
+        "f32-odd": build("odd-f32.waste", geometry=ODD),
+        "bf16": build("default-bf16.waste", geometry=Geometry(dtype="bf16")),
+        "int8": build("default-int8.waste", geometry=Geometry(dtype="int8")),
     }
 
 
@@ -38,43 +45,40 @@ def same_bytes(a, b) -> bool:
 
 
 @pytest.mark.parametrize("kind", ["f32", "f32-odd", "int8"])
-def test_prefill_chunking_is_exact(libwaste, containers, kind):
+def test_prefill_chunking_is_exact(containers, kind):
     path = containers[kind]
-    with open_ctx(libwaste, path, prefill_chunk=1) as c1:
+    with open_ctx(path, prefill_chunk=1) as c1:
         ids = prompt_of(150, c1.vocab)
         ref = per_token(c1, ids)[-1]
     for chunk in (1, 7, 64):
-        with open_ctx(libwaste, path, prefill_chunk=chunk) as c:
+        with open_ctx(path, prefill_chunk=chunk) as c:
             assert same_bytes(c.eval(ids), ref), f"prefill_chunk={chunk} differs from token by token"
 
 
 @pytest.mark.parametrize("kind", ["f32", "f32-odd", "bf16", "int8"])
-def test_thread_count_is_exact(libwaste, containers, kind):
+def test_thread_count_is_exact(containers, kind):
     path = containers[kind]
-    with open_ctx(libwaste, path, n_threads=1) as c1, open_ctx(libwaste, path, n_threads=2) as c2:
+    with open_ctx(path, n_threads=1) as c1, open_ctx(path, n_threads=2) as c2:
         ids = prompt_of(40, c1.vocab)
         assert same_bytes(per_token(c1, ids), per_token(c2, ids))
 
 
 @pytest.mark.parametrize("kind", ["f32", "f32-odd", "bf16", "int8"])
-def test_generic_and_simd_kernels_are_exact(libwaste, containers, kind):
+def test_generic_and_simd_kernels_are_exact(containers, kind):
     path = containers[kind]
-    with open_ctx(libwaste, path, kernels=1) as g:
-        from waste.tools.eval import open_library
-
-        _, lib = open_library(libwaste)
-        info = g.ffi.string(lib.waste_build_info()).decode()
+    with open_ctx(path, kernels=1) as g:
+        info = build_info()
         if "selected: generic" in info:
             pytest.skip(f"this CPU has no SIMD kernel to compare ({info})")
-        with open_ctx(libwaste, path, kernels=0) as s:
+        with open_ctx(path, kernels=0) as s:
             ids = prompt_of(40, g.vocab)
             assert same_bytes(per_token(g, ids), per_token(s, ids))
 
 
 @pytest.mark.parametrize("kind", ["f32", "int8"])
-def test_snapshot_restore_then_suffix_equals_fresh_prefill(libwaste, containers, kind):
+def test_snapshot_restore_then_suffix_equals_fresh_prefill(containers, kind):
     path = containers[kind]
-    with open_ctx(libwaste, path) as c:
+    with open_ctx(path) as c:
         ids = prompt_of(60, c.vocab)
         fresh = c.eval(ids)
         c.reset()
@@ -85,13 +89,13 @@ def test_snapshot_restore_then_suffix_equals_fresh_prefill(libwaste, containers,
         assert c.restore_status(blob) == ("OK", "")
         assert c.position() == 41
         assert same_bytes(c.eval(ids[41:]), fresh)
-    with open_ctx(libwaste, path) as other:          # a new ctx restores it too
+    with open_ctx(path) as other:          # a new ctx restores it too
         assert other.restore_status(blob) == ("OK", "")
         assert same_bytes(other.eval(ids[41:]), fresh)
 
 
-def test_greedy_and_seeded_reruns_repeat(libwaste, containers):
-    with open_ctx(libwaste, containers["f32"]) as c:
+def test_greedy_and_seeded_reruns_repeat(containers):
+    with open_ctx(containers["f32"]) as c:
         prompt = prompt_of(20, c.vocab)
         runs = []
         for kw in ({}, {}, {"temperature": 0.9, "seed": 7}, {"temperature": 0.9, "seed": 7}):
@@ -103,8 +107,8 @@ def test_greedy_and_seeded_reruns_repeat(libwaste, containers):
         assert runs[2] == runs[3]
 
 
-def test_generate_follows_eval_logits_and_never_evaluates_the_last_token(libwaste, containers):
-    with open_ctx(libwaste, containers["f32"]) as c:
+def test_generate_follows_eval_logits_and_never_evaluates_the_last_token(containers):
+    with open_ctx(containers["f32"]) as c:
         prompt = prompt_of(10, c.vocab)
         st, _, res, ev = c.generate(prompt, max_tokens=5)
         assert st == "OK" and res.stop_reason == 2 and res.prompt_tokens == 10
@@ -169,8 +173,8 @@ def reference_sample(logits, temperature, top_k, top_p, rng):
 
 @pytest.mark.parametrize("temperature,top_k,top_p,seed", [(1.0, 0, 1.0, 1), (0.7, 40, 1.0, 2), (1.3, 0, 0.8, 3),
                                                          (0.9, 5, 0.5, 4)])
-def test_sampler_matches_reference(libwaste, containers, temperature, top_k, top_p, seed):
-    with open_ctx(libwaste, containers["f32"]) as c:
+def test_sampler_matches_reference(containers, temperature, top_k, top_p, seed):
+    with open_ctx(containers["f32"]) as c:
         prompt = prompt_of(8, c.vocab)
         st, _, _, ev = c.generate(prompt, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
                                   max_tokens=10)
@@ -183,8 +187,8 @@ def test_sampler_matches_reference(libwaste, containers, temperature, top_k, top
             logits = c.eval([e["token"]])
 
 
-def test_pieces_concatenate_to_detokenize(libwaste, containers):
-    with open_ctx(libwaste, containers["f32"]) as c:
+def test_pieces_concatenate_to_detokenize(containers):
+    with open_ctx(containers["f32"]) as c:
         for seed in range(4):
             c.reset()
             st, _, res, ev = c.generate(prompt_of(6, c.vocab, seed), temperature=1.5, seed=seed, max_tokens=40)
@@ -219,31 +223,25 @@ def utf8_interior(b: bytes) -> set[int]:
     return out
 
 
-def test_cpu_pinning_changes_nothing(libwaste, containers):
+def test_cpu_pinning_changes_nothing(containers):
     import os
 
     before = os.sched_getaffinity(0)
     cpus = sorted(before)[:2]
     cpu_list = ",".join(str(c) for c in cpus)
     path = containers["f32"]
-    with open_ctx(libwaste, path, n_threads=len(cpus)) as free, open_ctx(libwaste, path, cpu_list=cpu_list) as pinned:
+    with open_ctx(path, n_threads=len(cpus)) as free, open_ctx(path, cpu_list=cpu_list) as pinned:
         ids = prompt_of(30, free.vocab)
         assert same_bytes(per_token(free, ids), per_token(pinned, ids))
     assert os.sched_getaffinity(0) == before  # the caller's mask is restored after each call
 
 
 @pytest.mark.parametrize("policy", [0, 1])
-def test_floor_budget_cache_is_exact(libwaste, containers, policy):
-    from waste.tools.eval import open_library
-
+def test_floor_budget_cache_is_exact(containers, policy):
     path = containers["f32"]
-    ffi, lib = open_library(libwaste)
-    plan = ffi.new("waste_plan *")
-    lib.waste_plan_init(plan)
-    err = ffi.new("char[512]")
-    assert lib.waste_plan_memory(str(path).encode(), ffi.NULL, plan, err, 512) == 0, ffi.string(err)
-    with open_ctx(libwaste, path) as full, \
-            open_ctx(libwaste, path, ram_budget_bytes=plan.floor_bytes, cache_policy=policy) as floor:
+    plan = plan_of(path)
+    with open_ctx(path) as full, \
+            open_ctx(path, ram_budget_bytes=plan.floor_bytes, cache_policy=policy) as floor:
         s = floor.stats()
         assert s.slots_total == 2 * floor.info.top_k            # only the in-flight set fits
         ids = prompt_of(50, full.vocab)

@@ -1,12 +1,11 @@
 """Bad containers, bad arguments and misuse give a clear status and detail, never a crash.
 
-Each case damages a copy of the tiny container. ``WASTE_TEST_LIB`` points the module at
-another build (the ASan/UBSan one, see test_sanitizers.py)."""
+Each case damages a copy of the default synthetic container (no torch needed). The
+sanitizer run (test_sanitizers.py) repeats this module on the ASan+UBSan build."""
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import threading
@@ -14,19 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.engine.native import open_ctx, try_open
-
-
-@pytest.fixture(scope="module")
-def lib(libwaste):
-    return Path(os.environ.get("WASTE_TEST_LIB") or libwaste)
+from tests.engine.native import open_ctx, plan_of, try_open
 
 
 @pytest.fixture()
-def copy(tiny_f32, tmp_path):
-    """A fresh copy of the tiny f32 container (with tokenizer files)."""
+def copy(synthetic_f32, tmp_path):
+    """A fresh copy of the synthetic f32 container (with tokenizer files)."""
     dst = tmp_path / "m.waste"
-    shutil.copytree(tiny_f32[1], dst)
+    shutil.copytree(synthetic_f32, dst)
     return dst
 
 
@@ -65,9 +59,9 @@ def tensor(m, name):
     (lambda m: m["banks"][0].update(file="../x.bin"), "E_FORMAT", "banks[0].file"),
     (lambda m: m["banks"].pop(), "E_FORMAT", "banks has 2 entries"),
 ])
-def test_bad_manifest_is_refused_by_name(lib, copy, mutate, status, needle):
+def test_bad_manifest_is_refused_by_name(copy, mutate, status, needle):
     edit_manifest(copy, mutate)
-    st, detail, ctx = try_open(lib, copy)
+    st, detail, ctx = try_open(copy)
     assert ctx is None
     assert st == status and needle in detail, detail
 
@@ -75,24 +69,24 @@ def test_bad_manifest_is_refused_by_name(lib, copy, mutate, status, needle):
 @pytest.mark.parametrize("text", ["", "{", '{"format_version": 1,}', "[" * 100 + "]" * 100,
                                   '{"a": "' + "x" * 5000 + '"}', '{"format_version": 1} trailing',
                                   '{"s": "\\ud800"}', "\x00"])
-def test_malformed_json_is_e_format(lib, copy, text):
+def test_malformed_json_is_e_format(copy, text):
     (copy / "manifest.json").write_text(text)
-    st, detail, _ = try_open(lib, copy)
+    st, detail, _ = try_open(copy)
     assert st == "E_FORMAT" and "manifest.json" in detail, detail
 
 
-def test_missing_trunk_is_e_io(lib, copy):
+def test_missing_trunk_is_e_io(copy):
     (copy / "trunk.bin").unlink()
-    st, detail, _ = try_open(lib, copy)
+    st, detail, _ = try_open(copy)
     assert st == "E_IO" and "trunk.bin" in detail
 
 
 # ---- banks and records ----------------------------------------------------------------------
-def test_truncated_bank_is_refused_at_open_without_verify(lib, copy):
+def test_truncated_bank_is_refused_at_open_without_verify(copy):
     bank = copy / "experts-L2.bin"
     with open(bank, "r+b") as f:
         f.truncate(bank.stat().st_size - 4096)
-    st, detail, _ = try_open(lib, copy, verify=0)
+    st, detail, _ = try_open(copy, verify=0)
     assert st == "E_FORMAT"
     assert "experts-L2.bin" in detail and "layer 2" in detail and "truncated" in detail
 
@@ -111,23 +105,23 @@ def flip_bodies(bank: Path) -> None:
             f.write(bytes([b[0] ^ 0x10]))
 
 
-def test_flipped_byte_fails_under_verify_naming_the_record_and_poisons(lib, copy):
+def test_flipped_byte_fails_under_verify_naming_the_record_and_poisons(copy):
     flip_bodies(copy / "experts-L2.bin")
     ids = list(range(3, 20))
-    with open_ctx(lib, copy, verify=1) as c:
+    with open_ctx(copy, verify=1) as c:
         st, detail = c.eval_status(ids)
         assert st == "E_IO"
         assert re.search(r"expert \d+ of layer 2: checksum mismatch", detail), detail
         assert c.eval_status([5]) [0] == "E_STATE"          # poisoned until reset
-        assert c.lib.waste_snapshot_save(c.ctx, c.ffi.NULL, 0, c.ffi.new("uint64_t *")) == -9
+        assert c.lib.waste_snapshot_save(c.ctx, c.ffi.NULL, 0, c.ffi.new("uint64_t *")) == c.lib.WASTE_E_STATE
         c.reset()
         assert c.position() == 0
         assert c.eval_status(ids)[0] == "E_IO"                # still corrupt, still caught
-    with open_ctx(lib, copy, verify=0) as c:
+    with open_ctx(copy, verify=0) as c:
         assert c.eval_status(ids) == ("OK", "")             # completes without verify
 
 
-def test_damaged_record_header_is_e_format_naming_expert_and_layer(lib, copy):
+def test_damaged_record_header_is_e_format_naming_expert_and_layer(copy):
     bank = copy / "experts-L1.bin"
     hdr = bank.read_bytes()[:4096]
     record = int.from_bytes(hdr[56:64], "little")
@@ -135,24 +129,21 @@ def test_damaged_record_header_is_e_format_naming_expert_and_layer(lib, copy):
         for e in range(8):
             f.seek(4096 + e * record + 16)                   # the expert field
             f.write((77).to_bytes(4, "little"))
-    with open_ctx(lib, copy) as c:
+    with open_ctx(copy) as c:
         st, detail = c.eval_status(list(range(3, 12)))
         assert st == "E_FORMAT" and re.search(r"expert \d+ of layer 1: record says layer 1 expert 77", detail), detail
 
 
-def test_budget_below_floor_names_the_floor(lib, copy):
-    st, detail, _ = try_open(lib, copy, ram_budget_bytes=1 << 20)
+def test_budget_below_floor_names_the_floor(copy):
+    st, detail, _ = try_open(copy, ram_budget_bytes=1 << 20)
     assert st == "E_BUDGET"
     assert re.search(r"budget 1048576 below the model's floor \d+ \(trunk \d+ \+ state \d+ \+ scratch \d+ "
                      r"\+ vision 0 \+ min cache \d+\)", detail), detail
 
 
-def test_plan_matches_open(lib, copy):
-    with open_ctx(lib, copy) as c:
-        plan = c.ffi.new("waste_plan *")
-        c.lib.waste_plan_init(plan)
-        err = c.ffi.new("char[512]")
-        assert c.lib.waste_plan_memory(str(copy).encode(), c.ffi.NULL, plan, err, 512) == 0
+def test_plan_matches_open(copy):
+    plan = plan_of(copy)
+    with open_ctx(copy) as c:
         s = c.stats()
         assert s.budget_bytes == plan.budget_bytes
         assert s.slots_total == plan.slots
@@ -161,8 +152,8 @@ def test_plan_matches_open(lib, copy):
 
 
 # ---- arguments, context, busy, abort ----------------------------------------------------------
-def test_context_bound_and_arguments(lib, copy):
-    with open_ctx(lib, copy, ctx_tokens=16) as c:
+def test_context_bound_and_arguments(copy):
+    with open_ctx(copy, ctx_tokens=16) as c:
         st, detail = c.eval_status(list(range(3, 20)))
         assert st == "E_CTX" and "ctx_tokens 16" in detail and c.position() == 0
         assert c.eval_status([])[0] == "E_ARG"
@@ -174,8 +165,8 @@ def test_context_bound_and_arguments(lib, copy):
         assert st == "E_CTX"
 
 
-def test_reentrant_and_concurrent_calls_are_busy(lib, copy):
-    with open_ctx(lib, copy) as c:
+def test_reentrant_and_concurrent_calls_are_busy(copy):
+    with open_ctx(copy) as c:
         seen = []
 
         def on_token(ev):
@@ -193,8 +184,8 @@ def test_reentrant_and_concurrent_calls_are_busy(lib, copy):
         assert c.position() == 5
 
 
-def test_abort_cancels_and_clears(lib, copy):
-    with open_ctx(lib, copy) as c:
+def test_abort_cancels_and_clears(copy):
+    with open_ctx(copy) as c:
         c.abort()
         assert c.eval_status([3, 4])[0] == "E_CANCELLED"
         assert c.position() == 0
@@ -204,8 +195,8 @@ def test_abort_cancels_and_clears(lib, copy):
         assert c.position() == 4                              # prompt evaluated, no sampled token
 
 
-def test_snapshot_refusals_leave_ctx_untouched(lib, copy, tmp_path):
-    with open_ctx(lib, copy) as c:
+def test_snapshot_refusals_leave_ctx_untouched(copy, tmp_path):
+    with open_ctx(copy) as c:
         c.eval([3, 4, 5])
         blob = bytearray(c.snapshot())
         blob[40] ^= 1
@@ -215,17 +206,17 @@ def test_snapshot_refusals_leave_ctx_untouched(lib, copy, tmp_path):
     other = tmp_path / "other.waste"
     shutil.copytree(copy, other)
     edit_manifest(other, lambda m: m["config"].update(rms_norm_eps=2e-5))   # a different model
-    with open_ctx(lib, copy) as a, open_ctx(lib, other) as b:
+    with open_ctx(copy) as a, open_ctx(other) as b:
         a.eval([3, 4])
         st, detail = b.restore_status(a.snapshot())
         assert st == "E_FORMAT" and "different model" in detail and b.position() == 0
 
 
-def test_container_without_tokenizer_opens(lib, copy):
+def test_container_without_tokenizer_opens(copy):
     (copy / "tokenizer.tiktoken").unlink()
     (copy / "specials.json").unlink()
     edit_manifest(copy, lambda m: m.update(tokenizer=None))
-    with open_ctx(lib, copy) as c:
+    with open_ctx(copy) as c:
         n = c.ffi.new("uint64_t *")
         out = c.ffi.new("int32_t[8]")
         assert c.name(c.lib.waste_tokenize(c.ctx, b"hi", 2, 0, out, 8, n)) == "E_UNSUPPORTED"
@@ -235,43 +226,48 @@ def test_container_without_tokenizer_opens(lib, copy):
         assert st == "OK" and all(e["piece"] == b"" for e in ev)
 
 
-def test_struct_size_and_unsupported_options(lib, copy):
-    st, detail, _ = try_open(lib, copy, struct_size=8)
+def test_struct_size_and_unsupported_options(copy):
+    st, detail, _ = try_open(copy, struct_size=8)
     assert st == "E_ARG" and "struct_size" in detail
     for key in ("io_threads", "lookahead", "vision"):
-        st, detail, _ = try_open(lib, copy, **{key: 1})
+        st, detail, _ = try_open(copy, **{key: 1})
         assert st == "E_UNSUPPORTED" and key in detail
-    with open_ctx(lib, copy) as c:
+    with open_ctx(copy) as c:
         n = c.ffi.new("uint32_t *")
         assert c.name(c.lib.waste_image_add(c.ctx, c.ffi.NULL, 1, 1, n)) == "E_UNSUPPORTED"
-        assert c.name(c.lib.waste_save_usage(c.ctx, b"")) == "E_ARG"   # the hotlist: test_hotlist.py
+        assert c.save_usage("")[0] == "E_ARG"                        # the hotlist: test_hotlist.py
 
 
-def test_exclusive_open_is_busy_on_contention(lib, copy):
-    with open_ctx(lib, copy, exclusive_open=1):
-        st, detail, _ = try_open(lib, copy, exclusive_open=1)
+def test_exclusive_open_is_busy_on_contention(copy):
+    with open_ctx(copy, exclusive_open=1):
+        st, detail, _ = try_open(copy, exclusive_open=1)
         assert st == "E_BUSY" and "locked" in detail
 
 
 @pytest.mark.parametrize("cpu_list,n_threads,needle", [("3-1", 0, 'cfg.cpu_list "3-1"'), ("0,x", 0, "cfg.cpu_list"),
                                                         ("", 0, "cfg.cpu_list"), ("0", 4, "exceeds the 1 CPUs")])
-def test_bad_cpu_list_is_e_arg(lib, copy, cpu_list, n_threads, needle):
-    st, detail, _ = try_open(lib, copy, cpu_list=cpu_list, n_threads=n_threads)
+def test_bad_cpu_list_is_e_arg(copy, cpu_list, n_threads, needle):
+    st, detail, _ = try_open(copy, cpu_list=cpu_list, n_threads=n_threads)
     assert st == "E_ARG" and needle in detail, detail
 
 
-def test_tokenizer_calls_through_the_api(lib, copy):
-    from tests.engine import tiny
-
-    with open_ctx(lib, copy) as c:
+def test_tokenizer_calls_through_the_api(copy):
+    specials = {s["text"]: s["id"] for s in json.loads((copy / "specials.json").read_text())}
+    with open_ctx(copy) as c:
         n_base = c.info.n_base_vocab
-        assert n_base == c.vocab - len(tiny.SPECIALS) and c.info.has_tokenizer == 1
-        text = "a[EOS]b".encode()
+        assert n_base == c.vocab - len(specials) and c.info.has_tokenizer == 1
+        text = "a<|sep|>b[EOS]".encode()
         plain = c.tokenize(text)
         assert all(i < n_base for i in plain) and c.detokenize(plain) == text
         marked = c.tokenize(text, markup=True)
-        assert n_base + 1 in marked and c.detokenize(marked) == text
-        assert c.tokenize(b"hi", add_bos=True)[0] == c.info.bos_id == 1
+        assert {specials["<|sep|>"], specials["[EOS]"]} <= set(marked) and c.detokenize(marked) == text
+        n = c.ffi.new("uint64_t *")
+        out = c.ffi.new("int32_t[8]")
+        assert c.name(c.lib.waste_tokenize(c.ctx, b"hi", 2, 1, out, 8, n)) == "E_ARG"
+        assert "no bos_token_id" in c.detail()                 # the synthetic model has none
+    edit_manifest(copy, lambda m: m["config"].update(bos_token_id=specials["<|open|>"]))
+    with open_ctx(copy) as c:
+        assert c.tokenize(b"hi", add_bos=True)[0] == c.info.bos_id == specials["<|open|>"]
         n = c.ffi.new("uint64_t *")
         out = c.ffi.new("int32_t[1]")
         st = c.lib.waste_tokenize(c.ctx, b"hello world", 11, 1, out, 1, n)
@@ -283,19 +279,19 @@ def test_tokenizer_calls_through_the_api(lib, copy):
         assert c.name(c.lib.waste_detokenize(c.ctx, bad, 1, buf, 2, n)) == "E_ARG" and "ids[0]" in c.detail()
 
 
-def test_tokenizer_only_ctx(lib, copy):
-    with open_ctx(lib, copy, tokenizer_only=1) as c:
+def test_tokenizer_only_ctx(copy):
+    with open_ctx(copy, tokenizer_only=1) as c:
         assert c.tokenize(b"abc")
         st, detail = c.eval_status([3])
         assert st == "E_UNSUPPORTED" and "tokenizer_only" in detail
 
 
-def test_direct_io_is_reported(lib, copy):
-    with open_ctx(lib, copy, direct_io=0) as c:
+def test_direct_io_is_reported(copy):
+    with open_ctx(copy, direct_io=0) as c:
         s = c.stats()
         assert s.direct_io == 0 and c.ffi.string(s.io_note).decode() == "direct_io disabled by cfg"
         assert c.eval_status([3, 4]) == ("OK", "")
-    with open_ctx(lib, copy) as c:
+    with open_ctx(copy) as c:
         s = c.stats()
         note = c.ffi.string(s.io_note).decode()
         assert (s.direct_io == 1 and note == "") or (s.direct_io == 0 and "O_DIRECT unavailable" in note), note

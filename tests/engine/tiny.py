@@ -141,3 +141,20 @@ def quantized_twin(torch_stack, hf_dir: Path, dtype: str):
                 for e in range(p.shape[0]):
                     p[e].copy_(torch.from_numpy(dequantized(p[e].numpy(), dtype)))
     return model
+
+
+def write_safetensors(path: Path, tensors: dict) -> None:
+    """An F32 safetensors file of ``tensors`` (name → array), names sorted (numpy only)."""
+    import json
+    import struct
+
+    import numpy as np
+
+    header, blobs, at = {}, [], 0
+    for name in sorted(tensors):
+        a = np.ascontiguousarray(tensors[name], "<f4")
+        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [at, at + a.nbytes]}
+        blobs.append(a.tobytes())
+        at += a.nbytes
+    h = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(h)) + h + b"".join(blobs))

@@ -222,6 +222,69 @@ def split_pieces(text: str, pat: str = KIMI_PAT) -> list[str]:
 # ------------------------------------------------------------------ training
 
 
+class _Pairs:
+    """Adjacent-pair counts over the corpus's distinct pieces, with a lazy max-heap.
+
+    ``words`` are the pieces as id lists and ``freqs`` their counts; ``where`` says which
+    words hold a pair, so a merge rewrites only those. Heap entries go stale as counts
+    change; ``pop_best`` skips them.
+    """
+
+    def __init__(self, words: list[list[int]], freqs: list[int]) -> None:
+        self.words, self.freqs = words, freqs
+        self.counts: dict[tuple[int, int], int] = defaultdict(int)
+        self.where: dict[tuple[int, int], set[int]] = defaultdict(set)
+        for wi, word in enumerate(words):
+            for pair in zip(word, word[1:]):
+                self.counts[pair] += freqs[wi]
+                self.where[pair].add(wi)
+        self.heap = [(-count, a, b) for (a, b), count in self.counts.items()]
+        heapq.heapify(self.heap)
+
+    def pop_best(self) -> tuple[int, int] | None:
+        """The most frequent pair (ties: lower ids first), or None when none is left."""
+        while self.heap:
+            neg, a, b = heapq.heappop(self.heap)
+            if neg != 0 and self.counts.get((a, b), 0) == -neg:
+                return a, b
+        return None
+
+    def merge(self, a: int, b: int, new_id: int) -> None:
+        """Replace every (a, b) by ``new_id`` in the words holding it; recount their pairs."""
+        touched: set[tuple[int, int]] = set()
+        for wi in sorted(self.where.pop((a, b), ())):
+            word, freq = self.words[wi], self.freqs[wi]
+            for pair in zip(word, word[1:]):
+                self.counts[pair] -= freq
+                touched.add(pair)
+            out = _merged(word, a, b, new_id)
+            self.words[wi] = out
+            for pair in zip(out, out[1:]):
+                self.counts[pair] += freq
+                self.where[pair].add(wi)
+                touched.add(pair)
+        for pair in sorted(touched):
+            count = self.counts[pair]
+            if count > 0:
+                heapq.heappush(self.heap, (-count, pair[0], pair[1]))
+            else:
+                del self.counts[pair]
+
+
+def _merged(word: list[int], a: int, b: int, new_id: int) -> list[int]:
+    """``word`` with each non-overlapping (a, b), left to right, replaced by ``new_id``."""
+    out: list[int] = []
+    k = 0
+    while k < len(word):
+        if k + 1 < len(word) and word[k] == a and word[k + 1] == b:
+            out.append(new_id)
+            k += 2
+        else:
+            out.append(word[k])
+            k += 1
+    return out
+
+
 def train_ranks(texts: list[str], n_merges: int, pat: str = KIMI_PAT) -> dict[bytes, int]:
     """Trains byte-level BPE ranks, deterministically.
 
@@ -243,56 +306,20 @@ def train_ranks(texts: list[str], n_merges: int, pat: str = KIMI_PAT) -> dict[by
         counts.update(piece.encode("utf-8") for piece in split_pieces(text, pat))
     vocab = [bytes([b]) for b in range(256)]
     ranks = {token: rank for rank, token in enumerate(vocab)}
-    words = [list(piece) for piece in counts]
-    freqs = list(counts.values())
-
-    pair_counts: dict[tuple[int, int], int] = defaultdict(int)
-    pair_words: dict[tuple[int, int], set[int]] = defaultdict(set)
-    for wi, word in enumerate(words):
-        for pair in zip(word, word[1:]):
-            pair_counts[pair] += freqs[wi]
-            pair_words[pair].add(wi)
-    heap = [(-count, a, b) for (a, b), count in pair_counts.items()]
-    heapq.heapify(heap)
-
+    pairs = _Pairs([list(piece) for piece in counts], list(counts.values()))
     added = 0
-    while added < n_merges and heap:
-        neg, a, b = heapq.heappop(heap)
-        if neg == 0 or pair_counts.get((a, b), 0) != -neg:
-            continue  # stale entry
-        merged = vocab[a] + vocab[b]
+    while added < n_merges:
+        best = pairs.pop_best()
+        if best is None:
+            break
+        merged = vocab[best[0]] + vocab[best[1]]
         new_id = ranks.get(merged)
         if new_id is None:
             new_id = len(vocab)
             vocab.append(merged)
             ranks[merged] = new_id
             added += 1
-        touched: set[tuple[int, int]] = set()
-        for wi in sorted(pair_words.pop((a, b), ())):
-            word, freq = words[wi], freqs[wi]
-            for pair in zip(word, word[1:]):
-                pair_counts[pair] -= freq
-                touched.add(pair)
-            out: list[int] = []
-            k = 0
-            while k < len(word):
-                if k + 1 < len(word) and word[k] == a and word[k + 1] == b:
-                    out.append(new_id)
-                    k += 2
-                else:
-                    out.append(word[k])
-                    k += 1
-            words[wi] = out
-            for pair in zip(out, out[1:]):
-                pair_counts[pair] += freq
-                pair_words[pair].add(wi)
-                touched.add(pair)
-        for pair in sorted(touched):
-            count = pair_counts[pair]
-            if count > 0:
-                heapq.heappush(heap, (-count, pair[0], pair[1]))
-            else:
-                del pair_counts[pair]
+        pairs.merge(*best, new_id)
     return ranks
 
 

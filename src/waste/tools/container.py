@@ -88,6 +88,46 @@ def _pad(n: int, align: int) -> int:
     return (n + align - 1) // align * align
 
 
+class _RecordLayout:
+    """Where the three matrices of every record of one bank go (FORMAT.md §4): blocks
+    64-aligned in the body, the record padded to a multiple of 4096."""
+
+    def __init__(self, shapes: list[tuple[int, ...]], lengths: list[int]) -> None:
+        self.shapes, self.lengths = shapes, lengths
+        self.offsets, at = [], 0
+        for n in lengths:
+            self.offsets.append(at)
+            at += _pad(n, 64)
+        self.body_length = self.offsets[2] + lengths[2]
+        self.record_bytes = _pad(RECORD_HEADER_BYTES + self.body_length, 4096)
+
+    def _shapes_into(self, header: bytearray) -> None:
+        struct.pack_into("<3I", header, 32, *[s[0] for s in self.shapes])
+        struct.pack_into("<3I", header, 44, *[s[1] for s in self.shapes])
+
+    def record(self, layer: int, expert: int, fmt: str, group: int, blocks: list[bytes]) -> bytes:
+        """One whole record: header (with the body's crc32), body, zero padding."""
+        body = bytearray(self.body_length)
+        for block, offset in zip(blocks, self.offsets):
+            body[offset:offset + len(block)] = block
+        hdr = bytearray(RECORD_HEADER_BYTES)
+        hdr[0:8] = b"WSTREC01"
+        struct.pack_into("<IIIIII", hdr, 8, 1, layer, expert, FORMAT_CODES[fmt], group, 3)
+        self._shapes_into(hdr)
+        struct.pack_into("<3Q", hdr, 56, *self.offsets)
+        struct.pack_into("<3Q", hdr, 80, *self.lengths)
+        struct.pack_into("<QI", hdr, 104, self.body_length, zlib.crc32(bytes(body)) & 0xFFFFFFFF)
+        return bytes(hdr + body) + b"\0" * (self.record_bytes - RECORD_HEADER_BYTES - self.body_length)
+
+    def bank_header(self, layer: int, n_experts: int, fmt: str, group: int) -> bytes:
+        bh = bytearray(BANK_HEADER_BYTES)
+        bh[0:8] = b"WSTBANK1"
+        struct.pack_into("<IIIIII", bh, 8, 1, layer, n_experts, FORMAT_CODES[fmt], group, 3)
+        self._shapes_into(bh)
+        struct.pack_into("<QQ", bh, 56, self.record_bytes, self.body_length)
+        return bytes(bh)
+
+
 class ContainerWriter:
     """Builds one container in ``<out>.tmp`` and renames it to ``out`` in ``finish``.
 
@@ -138,8 +178,7 @@ class ContainerWriter:
         if fmt in ("f32", "bf16"):
             group = 0
         path = self.tmp / f"experts-L{layer}.bin"
-        record_bytes = body_length = None
-        shapes = offs = lens = None
+        layout: _RecordLayout | None = None
         with open(path, "wb") as f:
             f.write(b"\0" * BANK_HEADER_BYTES)
             count = 0
@@ -147,46 +186,20 @@ class ContainerWriter:
                 if len(mats) != 3:
                     raise ContainerError(f"layer {layer} expert {e}: need gate, up, down")
                 blocks = [encode(m, fmt, group) for m in mats]
-                cur_shapes = [tuple(int(d) for d in m.shape) for m in mats]
-                if shapes is None:
-                    shapes = cur_shapes
-                    offs, lens, at = [], [], 0
-                    for b in blocks:
-                        offs.append(at)
-                        lens.append(len(b))
-                        at += _pad(len(b), 64)
-                    body_length = offs[2] + lens[2]
-                    record_bytes = _pad(RECORD_HEADER_BYTES + body_length, 4096)
-                elif cur_shapes != shapes:
-                    raise ContainerError(f"layer {layer} expert {e}: shapes {cur_shapes} differ from {shapes}")
-                body = bytearray(body_length)
-                for b, o in zip(blocks, offs):
-                    body[o:o + len(b)] = b
-                hdr = bytearray(RECORD_HEADER_BYTES)
-                hdr[0:8] = b"WSTREC01"
-                struct.pack_into("<IIIIII", hdr, 8, 1, layer, e, FORMAT_CODES[fmt], group, 3)
-                struct.pack_into("<3I", hdr, 32, *[s[0] for s in shapes])
-                struct.pack_into("<3I", hdr, 44, *[s[1] for s in shapes])
-                struct.pack_into("<3Q", hdr, 56, *offs)
-                struct.pack_into("<3Q", hdr, 80, *lens)
-                struct.pack_into("<QI", hdr, 104, body_length, zlib.crc32(bytes(body)) & 0xFFFFFFFF)
-                f.write(hdr)
-                f.write(body)
-                f.write(b"\0" * (record_bytes - RECORD_HEADER_BYTES - body_length))
+                shapes = [tuple(int(d) for d in m.shape) for m in mats]
+                if layout is None:
+                    layout = _RecordLayout(shapes, [len(b) for b in blocks])
+                elif shapes != layout.shapes:
+                    raise ContainerError(f"layer {layer} expert {e}: shapes {shapes} differ from {layout.shapes}")
+                f.write(layout.record(layer, e, fmt, group, blocks))
                 count += 1
-            if count != n_experts:
+            if count != n_experts or layout is None:
                 raise ContainerError(f"layer {layer}: {count} experts written, {n_experts} expected")
-            bh = bytearray(BANK_HEADER_BYTES)
-            bh[0:8] = b"WSTBANK1"
-            struct.pack_into("<IIIIII", bh, 8, 1, layer, n_experts, FORMAT_CODES[fmt], group, 3)
-            struct.pack_into("<3I", bh, 32, *[s[0] for s in shapes])
-            struct.pack_into("<3I", bh, 44, *[s[1] for s in shapes])
-            struct.pack_into("<QQ", bh, 56, record_bytes, body_length)
             f.seek(0)
-            f.write(bh)
+            f.write(layout.bank_header(layer, n_experts, fmt, group))
         self._banks.append({"layer": layer, "file": path.name, "n_experts": n_experts, "format": fmt,
-                            "group": group, "record_bytes": record_bytes,
-                            "shapes": [list(s) for s in shapes]})
+                            "group": group, "record_bytes": layout.record_bytes,
+                            "shapes": [list(s) for s in layout.shapes]})
 
     def set_tokenizer(self, ranks: Sequence[bytes], specials: Sequence[tuple[int, str]]) -> None:
         """Writes ``tokenizer.tiktoken`` (token i = ranks[i]) and ``specials.json``."""

@@ -20,7 +20,7 @@ import numpy as np
 
 from waste.tools.bpe_train import train_ranks
 from waste.tools.container import ContainerError, ContainerWriter
-from waste.tools.convert import normalise_config
+from waste.tools.hf_config import normalise_config
 
 XTML_SPECIALS = ("<|open|>", "<|sep|>", "<|close|>", "<|end_of_msg|>", "<|media_begin|>",
                  "<|media_content|>", "<|media_pad|>", "<|media_end|>",
@@ -31,6 +31,8 @@ K2_TOOL_MARKERS = ("<|tool_calls_section_begin|>", "<|tool_calls_section_end|>",
                    "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>")
 EOS = "[EOS]"
 CHAT_FORMATS = ("xtml", "kimi-linear", "glm", "none")
+# The kimi-linear and glm chat.json files are the source tree's examples/ (the server's tests
+# and docs use the same files); a packaged install without them refuses those two by name.
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 # A marker inside a chat.json string: <|…|>, [gMASK]-style or <think>-style (as the fake engine).
 _CHAT_MARKER = re.compile(r"<\|[^<>|\s]+\|>|\[[A-Za-z][A-Za-z0-9_]*\]|</?[A-Za-z][A-Za-z0-9_]*>")
@@ -94,7 +96,12 @@ class Geometry:
 
 
 def chat_specials(chat_format: str) -> tuple[tuple[str, ...], dict | None]:
-    """The specials (EOS last) and chat.json object of ``chat_format``."""
+    """The specials (EOS last) and chat.json object of ``chat_format``.
+
+    Raises:
+        ValueError: an unknown format.
+        ContainerError: the format's examples/chat-*.json is not where the source tree has it.
+    """
     if chat_format == "xtml":
         return XTML_SPECIALS + (EOS,), None
     if chat_format == "none":
@@ -102,7 +109,11 @@ def chat_specials(chat_format: str) -> tuple[tuple[str, ...], dict | None]:
     if chat_format not in ("kimi-linear", "glm"):
         raise ValueError(f"--chat-json must be one of {', '.join(CHAT_FORMATS)}, got {chat_format!r}")
     path = EXAMPLES / f"chat-{chat_format}.json"
-    chat = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        chat = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ContainerError(f"--chat-json {chat_format} copies {path}, which is not there: it ships in the "
+                             "source tree's examples/ (run from a checkout, or use --chat-json xtml or none)") from None
     if chat_format == "kimi-linear":
         return KIMI_LINEAR_SPECIALS + K2_TOOL_MARKERS + (EOS,), chat
     markers: list[str] = []
@@ -213,8 +224,9 @@ def build_container(out: str | Path, *, seed: int = 0, geometry: Geometry | None
     """Writes the synthetic container to ``out`` and returns its path.
 
     Raises:
-        ContainerError: ``out`` exists (without ``overwrite``) or the geometry cannot be
-            written in the requested dtype (the message names the tensor).
+        ContainerError: ``out`` exists (without ``overwrite``), the geometry cannot be
+            written in the requested dtype (the message names the tensor), or the chat.json
+            example is missing (see ``chat_specials``).
         ValueError: an unknown ``chat_json``.
     """
     g = geometry or Geometry()
@@ -261,7 +273,7 @@ _FLAG_HELP = {"dense": "the first N layers have a dense MLP, the rest are MoE",
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The command line; prints the container path, or an error and exits 1 (2 for usage)."""
+    """The command line; prints the container path, or an error and exits 1 (2 for a bad flag)."""
     ap = argparse.ArgumentParser(prog="python -m waste.tools.make_container",
                                  description=__doc__.splitlines()[0])
     ap.add_argument("out")
@@ -276,9 +288,14 @@ def main(argv: list[str] | None = None) -> int:
             ap.add_argument("--" + field.name.replace("_", "-"), type=int, default=field.default,
                             help=f"{_FLAG_HELP.get(field.name, '')} (default {field.default})")
     args = ap.parse_args(argv)
+    if args.seed < 0:
+        ap.error(f"--seed must be a non-negative integer, got {args.seed}")
     values = {f.name: getattr(args, f.name) for f in attrs.fields(Geometry)}
     try:
         geometry = Geometry(**values)
+    except ValueError as exc:  # a flag's value, named by the validator
+        ap.error(str(exc))
+    try:
         path = build_container(args.out, seed=args.seed, geometry=geometry,
                                chat_json=args.chat_json, overwrite=args.overwrite)
     except (ValueError, OSError) as exc:

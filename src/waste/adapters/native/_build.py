@@ -8,6 +8,7 @@ static ``native/build/libwaste.a`` that ``make -C native`` produces (setup.py ru
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 from cffi import FFI
 
@@ -35,17 +36,25 @@ def header_cdef(header: Path = HEADER) -> str:
     return text[begin + len(CDEF_BEGIN):end]
 
 
-def make_builder() -> FFI:
-    """An FFI configured to compile ``_libwaste`` against the header and the static library."""
+def make_builder(static_library: Path = STATIC_LIBRARY, flags: Sequence[str] = ()) -> FFI:
+    """An FFI configured to compile ``_libwaste`` against the header and a static library.
+
+    Args:
+        static_library: the ``libwaste.a`` to link; the engine tests pass the ASan+UBSan
+            build (``native/build-asan/libwaste.a``) to run the binding under sanitizers.
+        flags: extra compiler and linker flags for the extension itself (``-fsanitize=...``).
+    """
     builder = FFI()
     builder.cdef(header_cdef() + CALLBACK_CDEF)
     builder.set_source(
         "waste.adapters.native._libwaste",
         '#include "waste.h"\n',
         include_dirs=[str(NATIVE / "include")],
-        extra_objects=[str(STATIC_LIBRARY)],
+        extra_objects=[str(static_library)],
         libraries=["m", "pthread"],
-        depends=[str(HEADER), str(STATIC_LIBRARY)],
+        depends=[str(HEADER), str(static_library)],
+        extra_compile_args=list(flags),
+        extra_link_args=list(flags),
     )
     return builder
 

@@ -136,6 +136,20 @@ def int32_array(values: Sequence[int], field: str) -> Any:
     return ffi.new("int32_t[]", values or [0])
 
 
+def utf8_of(text: str, field: str) -> bytes:
+    """``text`` as UTF-8 bytes for C.
+
+    A lone surrogate cannot be encoded (it is what invalid UTF-8 becomes in a Python str),
+    so it is refused here, with the status libwaste gives invalid UTF-8: E_ARG, naming the
+    character's index. No replacement or ``surrogatepass`` bytes ever reach C.
+    """
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        fail(lib.WASTE_E_ARG, f"{field}[{exc.start}] is U+{ord(text[exc.start]):04X}, a lone "
+                              "surrogate: not valid UTF-8")
+
+
 def new_cfg(options: NativeOptions, keep: list[Any]) -> Any:
     """A filled ``waste_cfg``; C strings it points to are appended to ``keep`` (alive for open)."""
     cfg = ffi.new("waste_cfg *")
@@ -269,38 +283,54 @@ class NativeContext:
         return stats
 
     def model_info(self) -> ModelInfo:
-        """The model's shape, read once at open. Never raises."""
+        """The model's shape, read once at open. Never raises (it works after close too)."""
         return self._info
 
     @property
     def n_base_vocab(self) -> int:
-        """Ids at or above this are special tokens."""
+        """Ids at or above this are special tokens; below it, byte-level BPE tokens.
+
+        0 for a container without tokenizer files: it has neither text tokens nor specials
+        (tokenize and detokenize raise E_UNSUPPORTED), so a caller that classifies ids by
+        ``id >= n_base_vocab`` must not be used on it. Never raises.
+        """
         return self._info.n_base_vocab
 
     # -- tokenizer --------------------------------------------------------------------
     def tokenize(self, text: str) -> list[int]:
         """Plain tokenization: special texts are never recognised (every id < n_base_vocab).
 
+        ``text`` is encoded as UTF-8 here; a lone surrogate (``"\\ud800"``, which UTF-8
+        cannot encode) is refused before C with E_ARG naming its index in ``text``.
+
         Raises:
-            EngineError: E_UNSUPPORTED without a tokenizer, E_ARG on invalid UTF-8 (a lone
-                surrogate in ``text``).
+            EngineError: E_ARG (a lone surrogate), E_UNSUPPORTED (no tokenizer files),
+                E_BUSY (another call is running), E_STATE (closed).
         """
         return self._tokenize(lib.waste_tokenize, text)
 
     def tokenize_markup(self, text: str) -> list[int]:
-        """Token ids with special texts recognised anywhere, longest match first."""
+        """Token ids with special texts recognised anywhere, longest match first.
+
+        Raises:
+            EngineError: as ``tokenize``.
+        """
         return self._tokenize(lib.waste_tokenize_markup, text)
 
     def _tokenize(self, fn: Any, text: str) -> list[int]:
-        # surrogatepass: a lone surrogate reaches C as invalid UTF-8 and is refused there.
-        data = text.encode("utf-8", "surrogatepass")
+        data = utf8_of(text, "text")
         with self._call() as ctx:
             ids, n = self._grow("int32_t", len(data) + 1,
                                 lambda out, cap, n_out: fn(ctx, data, len(data), 0, out, cap, n_out))
         return list(ids[0:n])
 
     def detokenize(self, ids: Sequence[int]) -> bytes:
-        """Raw bytes of ``ids``, specials written as their text. Raises EngineError (E_ARG)."""
+        """Raw bytes of ``ids``, specials written as their text.
+
+        Raises:
+            EngineError: E_ARG (an id outside the vocabulary, naming its index),
+                E_UNSUPPORTED (no tokenizer files), E_BUSY, E_STATE (closed).
+        """
         array = int32_array(ids, "ids")
         with self._call() as ctx:
             out, n = self._grow("char", 8 * len(ids) + 64,
@@ -308,11 +338,19 @@ class NativeContext:
         return ffi.unpack(out, n) if n else b""
 
     def token_text(self, token: int) -> str:
-        """The text of one token; bytes that are not valid UTF-8 on their own become U+FFFD."""
+        """The text of one token; bytes that are not valid UTF-8 on their own become U+FFFD.
+
+        Raises:
+            EngineError: as ``detokenize``.
+        """
         return self.detokenize([token]).decode("utf-8", "replace")
 
     def special_id(self, text: str) -> int | None:
-        """The id of the special token spelled ``text``, or None when it is not one token."""
+        """The id of the special token spelled ``text``, or None when it is not one token.
+
+        Raises:
+            EngineError: as ``tokenize``.
+        """
         ids = self.tokenize_markup(text)
         if len(ids) == 1 and ids[0] >= self.n_base_vocab:
             return ids[0]

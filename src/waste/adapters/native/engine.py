@@ -63,7 +63,15 @@ def _set_fields(struct: Any, **values: Any) -> None:
 
 
 class NativeEngine(NativeContext):
-    """The Engine port on one libwaste context. Blocking; one call at a time."""
+    """The Engine port on one libwaste context. Blocking; one call at a time.
+
+    Every blocking method raises EngineError E_BUSY when another call on this context is
+    running (a concurrent thread, or the token callback re-entering) and E_STATE once the
+    context is closed; each docstring lists only the statuses beyond those two.
+    ``model_info``, ``n_base_vocab``, ``statistics``, ``abort`` and ``close`` are the
+    exceptions: they may be called from any thread at any time (``close`` not from inside
+    this context's own token callback: E_BUSY).
+    """
 
     def __init__(self, path: str | Path, options: NativeOptions) -> None:
         self._tokens_generated = 0
@@ -80,7 +88,11 @@ class NativeEngine(NativeContext):
         return cls(path, options or NativeOptions())
 
     def chat_template(self) -> str | None:
-        """The container's ``chat.json`` text (the engine itself ignores it), or None."""
+        """The container's ``chat.json`` text (the engine itself ignores it), or None.
+
+        Raises:
+            EngineError: E_IO (unreadable), E_FORMAT (not UTF-8). Works after close too.
+        """
         path = self.path / "chat.json"
         try:
             data = path.read_bytes()
@@ -94,14 +106,40 @@ class NativeEngine(NativeContext):
             fail(lib.WASTE_E_FORMAT, f"{path}: not UTF-8 ({exc})")
 
     def reset(self) -> None:
-        """Back to position 0 (state, KV, image queue, abort and poison cleared)."""
+        """Back to position 0 (state, KV, image queue, abort and poison cleared).
+
+        Raises:
+            EngineError: only E_BUSY and E_STATE (see the class docstring).
+        """
         with self._call() as ctx:
             self._check(lib.waste_reset(ctx))
 
     def position(self) -> int:
-        """Tokens evaluated since the last reset."""
+        """Tokens evaluated since the last reset.
+
+        Raises:
+            EngineError: only E_BUSY and E_STATE (see the class docstring).
+        """
         with self._call() as ctx:
             return int(lib.waste_position(ctx))
+
+    def eval(self, ids: Sequence[int]) -> list[float]:
+        """Append ``ids`` to the state and return the last position's logits (``vocab`` floats).
+
+        Not part of the Engine port: for tools (``waste.tools.eval``) and tests.
+
+        Raises:
+            EngineError: E_ARG (empty ``ids``, or an id outside ``0..vocab-1``, naming its
+                index), E_CTX (does not fit ``ctx_tokens``; nothing evaluated), E_CANCELLED
+                (``abort``), E_UNSUPPORTED (a tokenizer-only context), E_IO/E_FORMAT/E_NOMEM
+                (the state is then poisoned: E_STATE until ``reset``).
+        """
+        array = int32_array(ids, "ids")
+        vocab = self._info.vocab
+        logits = ffi.new("float[]", vocab)
+        with self._call() as ctx:
+            self._check(lib.waste_eval(ctx, array, len(ids), logits, vocab))
+        return ffi.unpack(logits, vocab)
 
     def generate(self, prompt: Sequence[int], params: SamplingParams,
                  on_token: TokenCallback) -> GenerationResult:
@@ -110,8 +148,9 @@ class NativeEngine(NativeContext):
 
         Raises:
             EngineError: E_ARG (empty prompt, bad id or parameter), E_CTX (does not fit;
-                nothing evaluated), E_CANCELLED (``abort``), E_IO/E_FORMAT/E_NOMEM/E_BUDGET
-                (the state is then poisoned until ``reset``).
+                nothing evaluated), E_CANCELLED (``abort``), E_UNSUPPORTED (a tokenizer-only
+                context), E_IO/E_FORMAT/E_NOMEM/E_BUDGET (the state is then poisoned: E_STATE
+                until ``reset``).
             BaseException: whatever ``on_token`` raised, after the C call has returned.
         """
         ids = int32_array(prompt, "prompt")
@@ -154,7 +193,12 @@ class NativeEngine(NativeContext):
         return int(n_pos[0])
 
     def expand_images(self, ids: Sequence[int]) -> list[int]:
-        """Each media placeholder id becomes its positions, in queue order (E_ARG on a count mismatch)."""
+        """Each media placeholder id becomes its positions, in queue order.
+
+        Raises:
+            EngineError: E_ARG (a placeholder count that differs from the queue, or an id
+                outside int32), E_UNSUPPORTED (no vision tower).
+        """
         array = int32_array(ids, "ids")
         with self._call() as ctx:
             out, n = self._grow("int32_t", len(ids) + 64,
@@ -162,13 +206,22 @@ class NativeEngine(NativeContext):
         return list(out[0:n])
 
     def clear_images(self) -> None:
-        """Empty the image queue."""
+        """Empty the image queue.
+
+        Raises:
+            EngineError: E_UNSUPPORTED (no vision tower).
+        """
         with self._call() as ctx:
             self._check(lib.waste_image_clear(ctx))
 
     def save_usage(self, path: str | None = None) -> None:
         """Write the expert hotlist to ``path``; None means ``--usage`` (``usage_path``): the
-        container's ``usage.waste`` when that is unset, nothing at all when it is ``""``."""
+        container's ``usage.waste`` when that is unset, nothing at all when it is ``""``.
+
+        Raises:
+            EngineError: E_IO (the file or its directory cannot be written; naming the path),
+                E_ARG (``path`` is ""), E_UNSUPPORTED (a tokenizer-only context).
+        """
         if path is None:
             path = self.options.usage_path
             if path == "":
@@ -178,10 +231,14 @@ class NativeEngine(NativeContext):
             self._check(lib.waste_save_usage(ctx, target))
 
     def statistics(self) -> EngineStats:
-        """Cumulative statistics since open; safe from any thread, never raises.
+        """Cumulative statistics since open; safe from any thread, also during a call.
 
         ``tokens_generated`` counts tokens delivered to callbacks (libwaste's own ``tokens``
         counts every evaluated position, prompts included). After close: the final values.
+
+        Raises:
+            EngineError: E_ARG only if libwaste refuses ``waste_get_stats`` itself, which
+                needs a library built from another header (``open`` refuses that first).
         """
         with self._pointer:
             stats = self._final_stats if self.closed else self._read_stats(self._ctx)
@@ -201,7 +258,11 @@ class NativeTokenizer(NativeContext):
 
     @classmethod
     def open(cls, path: str | Path, options: NativeOptions | None = None) -> "NativeTokenizer":
-        """Open ``path`` for tokenization only; ``options`` are reduced by ``for_tokenizer``."""
+        """Open ``path`` for tokenization only; ``options`` are reduced by ``for_tokenizer``.
+
+        Raises:
+            EngineError: as ``NativeEngine.open`` (weights are not loaded, so no E_BUDGET).
+        """
         return cls(path, (options or NativeOptions()).for_tokenizer())
 
 
@@ -212,6 +273,11 @@ def open_native(path: str | Path, options: Any) -> tuple[NativeEngine, NativeTok
         path: the ``model.waste`` directory.
         options: a ``NativeOptions``, or a settings object with the server's flags
             (see ``NativeOptions.from_settings``).
+
+    Raises:
+        EngineError: as ``NativeEngine.open``; the engine is closed again when the
+            tokenizer's open fails.
+        AttributeError, ValueError: a settings object lacking a flag or with a bad value.
     """
     options = NativeOptions.coerce(options)
     engine = NativeEngine.open(path, options)
