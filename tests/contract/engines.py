@@ -38,6 +38,7 @@ class RecordingEngine:
         self.record = Record()
         self._pause_at: int | None = None
         self.paused = threading.Event()  # set while a generation waits at the pause
+        self.generating = threading.Event()  # set once a generate call has begun
         self._resume = threading.Event()
 
     def __getattr__(self, name: str) -> Any:
@@ -60,6 +61,7 @@ class RecordingEngine:
     def generate(self, prompt, params, on_token: Callable):
         self.record.prompts.append(list(prompt))
         self.record.generated.append(0)
+        self.generating.set()
 
         def counted(event) -> bool:
             if self._pause_at is not None and event.index == self._pause_at:

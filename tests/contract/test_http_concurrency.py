@@ -101,7 +101,7 @@ def test_disconnect_during_prefill_aborts_it(request):
     script = {"prefill_delay_s": 60}
     with serve("fake", request, script=script) as served:
         sock = open_request(served.base, chat("slow prefill", stream=True))
-        served.wait_for(lambda h: h.running is not None and h.running.started)
+        assert served.engine.generating.wait(20)  # inside generate: prefilling
         sock.close()
         served.wait_for(lambda h: h.running is None)  # without an abort: 60 s from now
         assert served.engine.record.stop_reasons == ["E_CANCELLED"]
