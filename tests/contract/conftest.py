@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.contract.engines import ENGINE_KINDS
+from waste.tools.make_container import build_container
+
 NATIVE_CTX_TOKENS = 256
 
 
@@ -35,8 +38,6 @@ def native():
 @pytest.fixture(scope="session")
 def native_container(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small synthetic K3-XTML container (seed 0, default geometry), built once."""
-    from waste.tools.make_container import build_container
-
     out = tmp_path_factory.mktemp("native") / "synthetic.waste"
     build_container(out, seed=0)
     return out
@@ -45,8 +46,6 @@ def native_container(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def kimi_linear_container(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The same geometry with the Kimi-Linear markers and a chat.json."""
-    from waste.tools.make_container import build_container
-
     out = tmp_path_factory.mktemp("native") / "kimi-linear.waste"
     build_container(out, seed=0, chat_json="kimi-linear")
     return out
@@ -59,3 +58,11 @@ def native_engine(native, native_container: Path):
         native_container, native.NativeOptions(ctx_tokens=NATIVE_CTX_TOKENS, usage_path=""))
     yield engine
     engine.close()
+
+
+@pytest.fixture(scope="module", params=ENGINE_KINDS)
+def engine_kind(request) -> str:
+    """Each engine the HTTP contract runs against; "native" skips only without a compiler."""
+    if request.param == "native":
+        load_native()
+    return request.param

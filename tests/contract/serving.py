@@ -10,7 +10,6 @@ import contextlib
 import socket
 import threading
 
-import httpx
 import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve
@@ -58,7 +57,7 @@ def running(engine_or_loader, settings: Settings | None = None, *, wait_ready: b
     base = f"http://127.0.0.1:{port}"
     try:
         if wait_ready:
-            _wait_ready(base)
+            _wait_ready(app, box["token"])
         yield base, app
     finally:
         if "token" in box:
@@ -69,20 +68,15 @@ def running(engine_or_loader, settings: Settings | None = None, *, wait_ready: b
             raise box["error"]
 
 
-def _wait_ready(base: str) -> None:
-    # The engine loads in the background; /health turns 200 when it is ready.
-    with httpx.Client(base_url=base, timeout=10) as client:
-        for _ in range(500):
-            try:
-                status = client.get("/health").status_code
-            except httpx.TransportError:
-                status = 0
-            if status == 200:
-                return
-            if status == 503 and client.get("/health").json().get("status") == "failed":
-                return
-            threading.Event().wait(0.01)
-    raise RuntimeError("server never became ready")
+def _wait_ready(app, token) -> None:
+    # The engine loads in the background; wait for the load to end, either way.
+    state = state_of(app)
+
+    async def loaded() -> None:
+        with trio.fail_after(30):  # a safety net, not a synchronisation
+            await state.host.ready.wait()
+
+    trio.from_thread.run(loaded, trio_token=token)
 
 
 def fake(script: dict | None = None, **kwargs) -> FakeEngine:

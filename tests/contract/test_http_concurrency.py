@@ -1,248 +1,303 @@
-"""Queueing, disconnects, concurrency and shutdown over real sockets (http.md §6)."""
+"""Queueing, disconnects, admission, keep-alive and shutdown over real sockets (http.md §4.3,
+§6), against each engine.
+
+Order comes from events, never from sleeps: the recording engine pauses a generation inside
+its token callback, and the host wakes ``Served.wait_for`` on every change of its state.
+"""
 
 from __future__ import annotations
 
 import concurrent.futures
-import os
-import signal
-import subprocess
-import sys
+import json
+import socket
 import threading
 
 import httpx
 import pytest
+import trio
 
-from tests.contract.serving import fake, running, state_of
+from tests.contract.engines import serve
 from tests.contract.sse import join_deltas, read_events
-from waste.app import Settings
 
-SLOW = {"token_delay_s": 0.05, "replies": [
-    {"when": "long", "content": "x" * 400},
-]}
+LONG = {"replies": [{"when": "long", "content": "x" * 400}]}
 
 
 def chat(text: str, **extra) -> dict:
-    return {"messages": [{"role": "user", "content": text}], **extra}
+    return {"messages": [{"role": "user", "content": text}], "temperature": 0, **extra}
 
 
-def _wait_until(predicate, timeout: float = 10.0) -> None:
-    # Test-side wait on server state observed from another thread.
-    done = threading.Event()
-    for _ in range(int(timeout / 0.005)):
-        if predicate():
-            return
-        done.wait(0.005)
-    raise AssertionError("condition not reached")
+def post(base: str, body: dict, path: str = "/v1/chat/completions") -> httpx.Response:
+    with httpx.Client(base_url=base, timeout=60) as c:
+        return c.post(path, json=body)
 
 
-def test_disconnect_mid_stream_frees_the_engine_within_a_token():
-    with running(fake(SLOW), Settings(fake_engine="builtin", thinking=False)) as (base, app):
-        record = state_of(app).host.engine.record
-        received = 0
-        with httpx.Client(base_url=base, timeout=10) as c:
-            with c.stream("POST", "/v1/chat/completions", json=chat("long", stream=True)) as r:
-                for line in r.iter_lines():
-                    if '"content":"x"' in line:
-                        received += 1
-                        if received == 5:
-                            break  # leaving the block closes the connection
-        _wait_until(lambda: len(record.stop_reasons) == 1)
-        assert record.stop_reasons == ["callback"]
-        # generated = what the client read + the one in flight + the one whose callback stopped
-        assert record.generated[0] <= received + 2, record.generated
-        with httpx.Client(base_url=base, timeout=10) as c:
-            ok = c.post("/v1/chat/completions", json=chat("next", max_tokens=3))
-            assert ok.status_code == 200
-        assert state_of(app).host.requests_cancelled == 1
+def ask(base: str, body: dict) -> tuple[int, str]:
+    """Status and the answer's content, blocking or streamed as ``body`` says."""
+    with httpx.Client(base_url=base, timeout=60) as c:
+        if body.get("stream"):
+            with c.stream("POST", "/v1/chat/completions", json=body) as r:
+                return r.status_code, join_deltas(read_events(r))["content"]
+        r = c.post("/v1/chat/completions", json=body)
+        return r.status_code, r.json()["choices"][0]["message"]["content"] or ""
 
 
-def test_queued_request_whose_client_left_never_reaches_the_engine():
-    with running(fake(SLOW), Settings(fake_engine="builtin", thinking=False)) as (base, app):
-        host = state_of(app).host
-        record = host.engine.record
-        holder_done = threading.Event()
-
-        def hold_engine():
-            with httpx.Client(base_url=base, timeout=30) as c:
-                c.post("/v1/chat/completions", json=chat("long", max_tokens=40))
-            holder_done.set()
-
-        holder = threading.Thread(target=hold_engine)
-        holder.start()
-        _wait_until(lambda: host.running is not None)
-        with httpx.Client(base_url=base, timeout=httpx.Timeout(10, read=0.3)) as c:
-            with pytest.raises(httpx.ReadTimeout):
-                c.post("/v1/chat/completions", json=chat("ghost-request"))
-        holder.join(30)
-        with httpx.Client(base_url=base, timeout=10) as c:
-            assert c.post("/v1/chat/completions", json=chat("after", max_tokens=2)).status_code == 200
-        texts = ["".join(chr(t) for t in p if t < 0x110000) for p in record.prompts]
-        assert not any("ghost-request" in t for t in texts)
-        assert len(record.prompts) == 2 and record.resets == 2
+def open_request(base: str, body: dict) -> socket.socket:
+    """A request sent on a raw socket that the test closes when the client should leave."""
+    host, port = base.removeprefix("http://").split(":")
+    data = json.dumps(body).encode()
+    sock = socket.create_connection((host, int(port)), timeout=30)
+    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: "
+                 + str(len(data)).encode() + b"\r\n\r\n" + data)
+    return sock
 
 
-def test_eight_concurrent_clients_all_answered_in_fifo():
-    with running(fake({"token_delay_s": 0.001}), Settings(fake_engine="builtin")) as (base, app):
-        def ask(i: int) -> tuple[int, str]:
-            with httpx.Client(base_url=base, timeout=30) as c:
-                if i % 2:
-                    with c.stream("POST", "/v1/chat/completions",
-                                  json=chat(f"client {i}", stream=True)) as r:
-                        return i, join_deltas(read_events(r))["content"]
-                body = c.post("/v1/chat/completions", json=chat(f"client {i}")).json()
-                return i, body["choices"][0]["message"]["content"]
-
-        with concurrent.futures.ThreadPoolExecutor(8) as pool:
-            answers = dict(pool.map(ask, range(8)))
-        assert answers == {i: f"Echo: client {i}" for i in range(8)}
-        record = state_of(app).host.engine.record
-        assert len(record.prompts) == 8 and record.positions_at_generate == [0] * 8
+def metric(base: str, name: str) -> float:
+    text = httpx.get(base + "/metrics", timeout=10).text
+    return next(float(line.split()[1]) for line in text.splitlines() if line.startswith(name + " "))
 
 
-def test_queue_full_is_503():
-    settings = Settings(fake_engine="builtin", thinking=False, max_queue=0)
-    with running(fake(SLOW), settings) as (base, app):
-        with httpx.Client(base_url=base, timeout=10) as c:
-            r = c.post("/v1/chat/completions", json=chat("x"))
+@pytest.fixture
+def holding(engine_kind, request):
+    """A server whose engine is held: one blocking request paused inside generation."""
+    def start(**settings):
+        stack = serve(engine_kind, request, script=LONG, **settings)
+        served = stack.__enter__()
+        served.engine.pause_at(0)
+        pool = concurrent.futures.ThreadPoolExecutor(16)
+        holder = pool.submit(post, served.base, chat("long hold", max_tokens=4))
+        assert served.engine.paused.wait(20), "the held generation never started"
+        opened.append((stack, pool))
+        return served, holder
+
+    opened: list = []
+    yield start
+    for stack, pool in opened:
+        stack.__exit__(None, None, None)
+        pool.shutdown(wait=True)
+
+
+def test_disconnect_mid_stream_stops_the_engine_within_a_token(engine_kind, request):
+    with serve(engine_kind, request, script=LONG, thinking=False) as served:
+        engine, host = served.engine, served.host
+        engine.pause_at(3)
+        with httpx.Client(base_url=served.base, timeout=30) as c:
+            with c.stream("POST", "/v1/chat/completions",
+                          json=chat("long go", stream=True, max_tokens=400)) as r:
+                lines = r.iter_lines()  # one iterator: dropping it would close the stream
+                assert next(lines).startswith("data: ")  # admitted: the role chunk arrived
+                assert engine.paused.wait(20)
+            # leaving the block closed the connection while the engine waits at token 3
+        served.wait_for(lambda h: h.requests_cancelled == 1)
+        engine.resume()
+        served.wait_for(lambda h: h.running is None)
+        # tokens 0–2, then token 3 whose callback (or the abort it raced) stopped generation
+        assert engine.record.generated == [4], engine.record
+        assert engine.record.stop_reasons[-1] in ("callback", "E_CANCELLED")
+        assert post(served.base, chat("next", max_tokens=3)).status_code == 200
+        assert host.requests_cancelled == 1
+
+
+def test_disconnect_during_prefill_aborts_it(request):
+    script = {"prefill_delay_s": 60}
+    with serve("fake", request, script=script) as served:
+        sock = open_request(served.base, chat("slow prefill", stream=True))
+        assert served.engine.generating.wait(20)  # inside generate: prefilling
+        sock.close()
+        served.wait_for(lambda h: h.running is None)  # without an abort: 60 s from now
+        assert served.engine.record.stop_reasons == ["E_CANCELLED"]
+        assert served.engine.record.generated == [0]
+
+
+def test_a_client_that_leaves_the_queue_frees_its_place_at_once(holding):
+    served, holder = holding(max_queue=1)
+    ghost = open_request(served.base, chat("ghost-request"))
+    served.wait_for(lambda h: h.queue_depth == 1)
+    assert httpx.get(served.base + "/health").json()["queue_depth"] == 1
+    assert metric(served.base, "waste_queue_depth") == 1
+    ghost.close()
+    served.wait_for(lambda h: h.queue_depth == 0 and h.requests_cancelled == 1)
+    assert httpx.get(served.base + "/health").json()["queue_depth"] == 0
+    assert metric(served.base, "waste_queue_depth") == 0
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        after = pool.submit(post, served.base, chat("after", max_tokens=2))
+        served.wait_for(lambda h: h.queue_depth == 1)  # the freed place (--max-queue 1)
+        served.engine.resume()
+        assert after.result().status_code == 200
+    assert holder.result().status_code == 200
+    record = served.engine.record
+    assert len(record.prompts) == 2 and record.resets == 2
+    assert not any("ghost-request" in served.engine.text(p) for p in record.prompts)
+
+
+def test_concurrent_clients_are_answered_in_arrival_order(holding):
+    served, holder = holding()
+    bodies = [chat(f"client {i}", stream=bool(i % 2), max_tokens=24, thinking=False)
+              for i in range(1, 8)]
+    with concurrent.futures.ThreadPoolExecutor(7) as pool:
+        futures = []
+        for k, body in enumerate(bodies, start=1):
+            futures.append(pool.submit(ask, served.base, body))
+            served.wait_for(lambda h, k=k: h.queue_depth == k)  # request k queued before k+1
+        served.engine.resume()
+        answers = [f.result() for f in futures]
+    assert holder.result().status_code == 200
+    record = served.engine.record
+    order = [next((i for i in range(1, 8) if f"client {i}" in served.engine.text(p)), None)
+             for p in record.prompts[1:]]
+    assert order == list(range(1, 8))
+    assert record.resets == 8
+    # each answer is the one the request gets alone (greedy): nothing leaked between them
+    for body, (status, content) in zip(bodies, answers):
+        assert status == 200
+        assert ask(served.base, body) == (200, content)
+    if served.kind == "fake":
+        assert [c for _, c in answers] == [f"Echo: client {i}" for i in range(1, 8)]
+
+
+def test_max_queue_counts_only_waiting_requests(engine_kind, request):
+    with serve(engine_kind, request, script=LONG, max_queue=0) as served:
+        # an idle engine does not make a request wait: --max-queue 0 still serves it
+        assert post(served.base, chat("idle", max_tokens=2)).status_code == 200
+        served.engine.pause_at(0)
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            holder = pool.submit(post, served.base, chat("long", max_tokens=2))
+            assert served.engine.paused.wait(20)
+            r = post(served.base, chat("would wait"))
             assert r.status_code == 503
             err = r.json()["error"]
             assert (err["code"], err["type"]) == ("queue_full", "unavailable_error")
             assert r.headers["Retry-After"] == "30"
+            served.engine.resume()
+            assert holder.result().status_code == 200
 
 
-def test_keepalive_while_queued():
-    import waste.adapters.http.generation as generation
+def test_queue_refusals_are_plain_json_never_sse(holding):
+    """http.md §4.3: refusals at checks 1–10 are JSON; admission is decided once."""
+    served, holder = holding(max_queue=2)
 
-    old = generation.KEEPALIVE_S
-    generation.KEEPALIVE_S = 0.05
-    try:
-        with running(fake(SLOW), Settings(fake_engine="builtin", thinking=False)) as (base, app):
-            host = state_of(app).host
-            holder = threading.Thread(target=lambda: httpx.post(
-                base + "/v1/chat/completions", json=chat("long", max_tokens=10), timeout=30))
-            holder.start()
-            _wait_until(lambda: host.running is not None)
-            with httpx.Client(base_url=base, timeout=30) as c:
+    def open_stream(i: int):
+        c = httpx.Client(base_url=served.base, timeout=30)
+        r = c.send(c.build_request("POST", "/v1/chat/completions",
+                                   json=chat(f"s{i}", stream=True, max_tokens=2)), stream=True)
+        return c, r
+
+    with concurrent.futures.ThreadPoolExecutor(6) as pool:
+        opened = list(pool.map(open_stream, range(6)))
+    kinds = sorted((r.status_code, r.headers["content-type"].split(";")[0]) for _, r in opened)
+    assert kinds == [(200, "text/event-stream")] * 2 + [(503, "application/json")] * 4
+    served.engine.resume()
+    for c, r in opened:
+        if r.status_code == 200:
+            assert read_events(r)[-1] == "[DONE]"
+        else:
+            r.read()
+            assert r.json()["error"]["code"] == "queue_full"
+        r.close()
+        c.close()
+    assert holder.result().status_code == 200
+
+
+def test_keepalive_while_queued_and_prefilling(request):
+    with serve("fake", request, script={**LONG, "prefill_delay_s": 0.5}, keepalive_s=0.05) as served:
+        served.engine.pause_at(0)
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            holder = pool.submit(post, served.base, chat("long", max_tokens=2))
+            assert served.engine.paused.wait(20)
+            with httpx.Client(base_url=served.base, timeout=30) as c:
                 with c.stream("POST", "/v1/chat/completions",
                               json=chat("queued", stream=True, max_tokens=3)) as r:
-                    events = read_events(r)
-            holder.join(30)
-        assert ": keep-alive" in events
-        assert events[-1] == "[DONE]"
-    finally:
-        generation.KEEPALIVE_S = old
+                    lines = r.iter_lines()
+                    assert next(lines).startswith("data: ")  # the role chunk
+                    assert next(l for l in lines if l) == ": keep-alive"  # while queued
+                    served.engine.resume()
+                    rest = [line for line in lines if line]
+            assert holder.result().status_code == 200
+        # after the resume: the queued request waited out its own 0.5 s prefill, with
+        # keep-alives (20 intervals of 0.05 s) before its first token
+        first_data = next(i for i, line in enumerate(rest) if line.startswith("data: "))
+        assert ": keep-alive" in rest[:first_data]
+        assert rest[-1] == "data: [DONE]"
 
 
-def test_shutdown_fails_queued_and_aborts_the_running_generation():
-    with running(fake(SLOW), Settings(fake_engine="builtin", thinking=False)) as (base, app):
-        host = state_of(app).host
-        host.shutdown_grace_s = 0.2
-        results: dict = {}
-
-        def long_stream():
-            with httpx.Client(base_url=base, timeout=30) as c:
-                with c.stream("POST", "/v1/chat/completions", json=chat("long", stream=True)) as r:
-                    results["running"] = read_events(r)
-
-        def queued():
-            with httpx.Client(base_url=base, timeout=30) as c:
-                results["queued"] = c.post("/v1/chat/completions", json=chat("q"))
-
-        t1 = threading.Thread(target=long_stream)
-        t1.start()
-        _wait_until(lambda: host.running is not None)
-        t2 = threading.Thread(target=queued)
-        t2.start()
-        _wait_until(lambda: host.queue_depth == 1)
-        import trio
-
-        trio.from_thread.run(host.begin_shutdown, trio_token=host_token(app))
-        t1.join(30)
-        t2.join(30)
-    queued_response = results["queued"]
-    assert queued_response.status_code == 503
-    assert queued_response.json()["error"]["code"] == "shutting_down"
-    events = results["running"]
-    assert events[-1]["error"]["code"] == "shutting_down"
+def test_a_stream_outlives_the_response_timeout(request):
+    script = {"token_delay_s": 0.01, "replies": [{"content": "y" * 30}]}
+    with serve("fake", request, script=script, thinking=False) as served:
+        served.app.config["RESPONSE_TIMEOUT"] = 0.1  # each stream must switch it off
+        with httpx.Client(base_url=served.base, timeout=30) as c:
+            with c.stream("POST", "/v1/chat/completions", json=chat("x", stream=True)) as r:
+                events = read_events(r)
+    assert events[-1] == "[DONE]"  # 30 tokens of >= 10 ms each: longer than 0.1 s
+    assert join_deltas(events)["content"] == "y" * 30
 
 
-def host_token(app):
-    return state_of(app).host.trio_token
+def test_shutdown_fails_the_queue_and_aborts_the_running_generation_after_the_grace(holding):
+    served, holder = holding(shutdown_grace_s=0.2)
+    host = served.host
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        queued_blocking = pool.submit(post, served.base, chat("q1"))
+        served.wait_for(lambda h: h.queue_depth == 1)
+        c = httpx.Client(base_url=served.base, timeout=30)
+        queued_stream = c.send(c.build_request(
+            "POST", "/v1/chat/completions", json=chat("q2", stream=True)), stream=True)
+        served.wait_for(lambda h: h.queue_depth == 2)
+        served.call(host.request_shutdown)
+        blocked = queued_blocking.result()
+        assert blocked.status_code == 503 and blocked.json()["error"]["code"] == "shutting_down"
+        events = read_events(queued_stream)  # its headers were out: the SSE error event
+        assert events[0]["choices"][0]["delta"]["role"] == "assistant"
+        assert events[-1]["error"]["code"] == "shutting_down"
+        queued_stream.close()
+        c.close()
+        health = httpx.get(served.base + "/health")
+        assert health.status_code == 503 and health.json()["status"] == "shutting_down"
+        refused = post(served.base, chat("new"))
+        assert refused.status_code == 503 and refused.json()["error"]["code"] == "shutting_down"
+        served.wait_for(lambda h: h.aborting)  # the grace ran out while it was still running
+        served.engine.resume()
+        aborted = holder.result()
+    assert aborted.status_code == 503 and aborted.json()["error"]["code"] == "shutting_down"
+    assert [served.engine.text(p).count("q1") for p in served.engine.record.prompts] == [0]
 
 
-def test_cli_serves_and_exits_cleanly_on_sigterm(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "waste", "--fake-engine", "--port", "0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "WASTE_LOG_LEVEL": "warning"})
-    try:
-        line = proc.stdout.readline()
-        assert line.startswith("listening on http://127.0.0.1:"), line
-        base = line.split()[-1]
-        with httpx.Client(base_url=base, timeout=10) as c:
-            for _ in range(500):
-                if c.get("/health").status_code == 200:
-                    break
-            body = c.post("/v1/chat/completions", json=chat("cli")).json()
-            assert body["choices"][0]["message"]["content"] == "Echo: cli"
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(20) == 0
-    finally:
-        proc.kill()
+async def _leave_while_the_headers_go_out(app, body: bytes) -> list[str]:
+    """One request, driven through the ASGI app by hand: the client disconnects while the
+    response start is being sent, so the body generator is never started."""
+    sent: list[str] = []
+    headers_started = trio.Event()
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+             "method": "POST", "scheme": "http", "path": "/v1/chat/completions",
+             "raw_path": b"/v1/chat/completions", "query_string": b"", "root_path": "",
+             "headers": [(b"host", b"x"), (b"content-length", str(len(body)).encode())],
+             "client": ("127.0.0.1", 9), "server": ("127.0.0.1", 80), "extensions": {}}
+    messages = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def receive() -> dict:
+        if messages:
+            return messages.pop(0)
+        await headers_started.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict) -> None:
+        sent.append(message["type"])
+        if message["type"] == "http.response.start":
+            headers_started.set()
+            await trio.sleep_forever()  # a client that is gone never reads them
+
+    with trio.fail_after(20):
+        await app(scope, receive, send)
+    return sent
 
 
-def test_cli_usage_errors_exit_2():
-    bad = subprocess.run([sys.executable, "-m", "waste", "--fake-engine", "--port", "x"],
-                         capture_output=True, text=True, timeout=30)
-    assert bad.returncode == 2 and "--port" in bad.stderr
-    env = {**os.environ, "WASTE_VISION": "maybe"}
-    bad = subprocess.run([sys.executable, "-m", "waste", "--fake-engine"], capture_output=True,
-                         text=True, timeout=30, env=env)
-    assert bad.returncode == 2 and "WASTE_VISION" in bad.stderr
-    none = subprocess.run([sys.executable, "-m", "waste"], capture_output=True, text=True,
-                          timeout=30, env={k: v for k, v in os.environ.items() if k != "WASTE_MODEL"})
-    assert none.returncode == 2 and "MODEL" in none.stderr
-
-
-def test_cli_warns_on_non_loopback_without_key():
-    proc = subprocess.Popen([sys.executable, "-m", "waste", "--fake-engine", "--port", "0",
-                             "--host", "0.0.0.0"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        proc.stdout.readline()
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(20)
-        assert "warning:" in proc.stderr.read()
-    finally:
-        proc.kill()
-
-
-def test_hypercorn_serves_the_asgi_app_from_the_environment():
-    import socket as socket_module
-
-    probe = socket_module.socket()
-    probe.bind(("127.0.0.1", 0))
-    port = probe.getsockname()[1]
-    probe.close()
-    env = {**os.environ, "WASTE_FAKE_ENGINE": "builtin", "WASTE_MODEL_ID": "asgi-fake",
-           "WASTE_API_KEY": "k"}
-    proc = subprocess.Popen([sys.executable, "-m", "hypercorn", "--worker-class", "trio",
-                             "--bind", f"127.0.0.1:{port}", "waste.app:app"], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as c:
-            for _ in range(2000):
-                try:
-                    if c.get("/health").status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                threading.Event().wait(0.01)
-            models = c.get("/v1/models", headers={"Authorization": "Bearer k"}).json()
-            assert models["data"][0]["id"] == "asgi-fake"
-            assert c.get("/v1/models").status_code == 401
-    finally:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(20)
-        finally:
-            proc.kill()
+def test_a_client_that_leaves_before_the_body_starts_holds_no_place(holding):
+    """stack-notes pitfall 4: the never-started body generator runs no finally; the exchange
+    releases the admitted job anyway."""
+    served, holder = holding()
+    body = json.dumps(chat("never started", stream=True)).encode()
+    sent = trio.from_thread.run(_leave_while_the_headers_go_out, served.app, body,
+                                trio_token=served.host.trio_token)
+    assert sent == ["http.response.start"]  # admitted (200 headers), no body byte sent
+    served.wait_for(lambda h: h.queue_depth == 0 and h.requests_cancelled == 1)
+    served.engine.resume()
+    assert holder.result().status_code == 200
+    served.wait_for(lambda h: h.running is None)
+    assert len(served.engine.record.prompts) == 1  # the engine never saw it

@@ -1,16 +1,23 @@
-"""The HTTP contract against the real engine: libwaste on a synthetic container.
+"""What only the real engine has: its identity on the wire, the CLI's --plan and exit codes on
+a real container, and a container converted without tokenizer files (and the fake scripted
+to match it).
 
-Whatever does not depend on scripted replies runs here too: shapes, streaming, statelessness
-(greedy answers reproduce whatever ran before), disconnects, tokenization, errors.
+The rest of the HTTP contract runs against libwaste too: every test parametrized with
+``engine_kind`` (test_http_routes, test_http_generation, test_http_concurrency).
 """
 
 from __future__ import annotations
 
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
 import httpx
 import pytest
 
-from tests.contract.serving import running, state_of
-from tests.contract.sse import join_deltas, stream
+from tests.contract.serving import fake, running, state_of
 from waste.app import Settings, engine_loader
 
 
@@ -42,88 +49,23 @@ def test_health_and_models_report_the_real_engine(client):
     assert waste["n_layers"] == 4 and waste["top_k"] == 2 and waste["params_total"] > 0
 
 
-def test_greedy_answers_reproduce_across_requests(client):
-    request = chat("Hello there", temperature=0)
-    first = client.post("/v1/chat/completions", json=request).json()
-    client.post("/v1/chat/completions", json=chat("something else entirely", temperature=0.9))
-    second = client.post("/v1/chat/completions", json=request).json()
-    assert first["choices"][0]["message"] == second["choices"][0]["message"]
-    assert first["usage"] == second["usage"]
-    assert first["usage"]["completion_tokens"] >= 1
-
-
-def test_seeded_sampling_reproduces(client):
-    request = chat("Tell me", temperature=1.0, seed=1234)
-    a = client.post("/v1/chat/completions", json=request).json()
-    b = client.post("/v1/chat/completions", json=request).json()
-    assert a["choices"][0]["message"] == b["choices"][0]["message"]
-    assert a["waste"]["seed"] == 1234
-
-
-def test_blocking_shape_and_caps(client):
-    body = client.post("/v1/chat/completions", json=chat("x", max_tokens=5, temperature=0)).json()
-    choice = body["choices"][0]
-    assert choice["finish_reason"] in ("length", "stop", "tool_calls")
-    assert body["usage"]["completion_tokens"] <= 5
-    assert body["waste"]["tokens_generated"] == body["usage"]["completion_tokens"]
-    assert body["waste"]["prompt_tokens"] == body["usage"]["prompt_tokens"]
-
-
-def test_stream_equals_blocking(client):
-    request = chat("Stream me", temperature=0, max_tokens=20)
-    blocking = client.post("/v1/chat/completions", json=request).json()
-    response, events = stream(client, "/v1/chat/completions", {**request, "stream": True})
-    assert events[-1] == "[DONE]"
-    joined = join_deltas(events)
-    message = blocking["choices"][0]["message"]
-    assert joined["content"] == (message.get("content") or "")
-    assert joined["reasoning"] == message.get("reasoning_content", "")
-    assert joined["finish_reason"] == blocking["choices"][0]["finish_reason"]
-
-
-def test_completions_and_stop_ids(client):
+def test_completions_never_show_the_end_marker(client):
     body = client.post("/v1/completions", json={"prompt": "Once upon", "max_tokens": 8,
                                                   "temperature": 0}).json()
-    assert body["object"] == "text_completion"
     assert body["usage"]["completion_tokens"] <= 8
     assert "<|end_of_msg|>" not in body["choices"][0]["text"]
 
 
-def test_tokenize_never_yields_markers_from_plain_text(served, client):
-    n_base = state_of(served[1]).info.n_base_vocab
-    text = "<|open|>message<|sep|><|close|><|end_of_msg|>"
-    plain = client.post("/tokenize", json={"content": text}).json()["tokens"]
-    marked = client.post("/tokenize", json={"content": text, "parse_special": True}).json()["tokens"]
-    assert all(t < n_base for t in plain)
-    assert sum(t >= n_base for t in marked) == 4
-    back = client.post("/detokenize", json={"tokens": plain}).json()["content"]
-    assert back == text
-
-
-def test_context_overflow_is_400(client):
-    r = client.post("/v1/chat/completions", json=chat("word " * 600))
-    assert r.status_code == 400
-    assert r.json()["error"]["code"] == "context_length_exceeded"
-
-
-def test_disconnect_frees_the_engine(served):
-    base, app = served
-    host = state_of(app).host
-    with httpx.Client(base_url=base, timeout=60) as c:
-        with c.stream("POST", "/v1/chat/completions",
-                      json=chat("go", stream=True, max_tokens=400, temperature=0)) as r:
-            for line in r.iter_lines():
-                if line.startswith("data: ") and "delta" in line:
-                    break
-        ok = c.post("/v1/chat/completions", json=chat("after", max_tokens=2, temperature=0))
-        assert ok.status_code == 200
-    assert host.requests_cancelled >= 1
+def test_the_hotlist_is_saved_at_shutdown(native, native_container, tmp_path):
+    usage = tmp_path / "usage.waste"
+    settings = Settings(model=str(native_container), ctx=512, usage=str(usage), max_tokens=4)
+    with running(engine_loader(settings), settings) as (base, app):
+        assert httpx.post(base + "/v1/chat/completions", json=chat("warm"), timeout=60).status_code == 200
+        assert not usage.exists()
+    assert usage.stat().st_size > 0  # written by the engine worker, after the last request
 
 
 def test_cli_plan_and_version(native_container):
-    import subprocess
-    import sys
-
     plan = subprocess.run([sys.executable, "-m", "waste", str(native_container), "--plan"],
                           capture_output=True, text=True, timeout=60)
     assert plan.returncode == 0, plan.stderr
@@ -137,9 +79,6 @@ def test_cli_plan_and_version(native_container):
 
 
 def test_cli_exits_1_when_the_container_cannot_open(tmp_path):
-    import subprocess
-    import sys
-
     broken = tmp_path / "broken.waste"
     broken.mkdir()
     (broken / "manifest.json").write_text('{"format_version": 999}')
@@ -147,3 +86,53 @@ def test_cli_exits_1_when_the_container_cannot_open(tmp_path):
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 1
     assert "format_version" in run.stderr
+
+
+# -- a container without a tokenizer ----------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tokenizerless_container(native, native_container, tmp_path_factory) -> Path:
+    """The synthetic container converted as from a checkpoint without tokenizer files
+    (as tests/engine/test_robustness.py::test_container_without_tokenizer_opens does)."""
+    out = tmp_path_factory.mktemp("native") / "no-tokenizer.waste"
+    shutil.copytree(native_container, out)
+    (out / "tokenizer.tiktoken").unlink()
+    (out / "specials.json").unlink()
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["tokenizer"] = None
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    return out
+
+
+def _check_no_tokenizer(base: str) -> None:
+    with httpx.Client(base_url=base, timeout=30) as c:
+        health = c.get("/health")
+        assert health.status_code == 200 and health.json()["chat_format"] is None
+        model = c.get("/v1/models")
+        assert model.status_code == 200
+        assert "no tokenizer" in model.json()["data"][0]["waste"]["chat_format"]["error"]
+        r = c.post("/v1/chat/completions", json=chat("x"))
+        err = r.json()["error"]
+        assert r.status_code == 400 and err["code"] == "unsupported_chat_format"
+        assert "no tokenizer" in err["message"]
+        for path, body, param in (("/v1/completions", {"prompt": "x"}, "prompt"),
+                                  ("/tokenize", {"content": "x"}, "content"),
+                                  ("/detokenize", {"tokens": [1]}, "tokens")):
+            r = c.post(path, json=body)
+            assert r.status_code == 400, (path, r.text)
+            err = r.json()["error"]
+            assert (err["code"], err["param"]) == ("invalid_value", param)
+            assert "no tokenizer" in err["message"]
+        assert c.get("/metrics").status_code == 200
+
+
+def test_a_container_without_a_tokenizer_serves_clear_400s(tokenizerless_container):
+    settings = Settings(model=str(tokenizerless_container), ctx=256, usage="")
+    with running(engine_loader(settings), settings) as (base, app):
+        assert state_of(app).host.load_error is None
+        _check_no_tokenizer(base)
+
+
+def test_the_fake_without_a_tokenizer_answers_the_same():
+    with running(fake({"tokenizer": False}), Settings(fake_engine="builtin")) as (base, app):
+        _check_no_tokenizer(base)

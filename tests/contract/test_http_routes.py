@@ -1,25 +1,36 @@
-"""HTTP routes over real sockets against the fake engine: http.md §1, §2.1, §5, §6, §8."""
+"""HTTP routes over real sockets, against each engine: http.md §1, §2.1, §5, §6, §8."""
 
 from __future__ import annotations
 
 import socket
+import threading
 
 import httpx
 import pytest
+import trio
 
-from tests.contract.serving import fake, running
+from tests.contract.engines import serve
+from tests.contract.serving import fake, running, state_of
 from waste.app import Settings
+from waste.domain.engine import EngineError
+
+# What each engine reports about itself (the synthetic container: seed 0, default geometry).
+IDENTITY = {
+    "fake": {"model": "fake", "arch": "fake", "fake_engine": True, "engine": "fake"},
+    "native": {"model": "synthetic", "arch": "kimi_linear", "fake_engine": False,
+               "engine": "libwaste"},
+}
 
 
 @pytest.fixture(scope="module")
-def server():
-    with running(fake(), Settings(fake_engine="builtin")) as (base, app):
-        yield base, app
+def server(engine_kind, request):
+    with serve(engine_kind, request) as served:
+        yield served
 
 
 @pytest.fixture
 def client(server):
-    with httpx.Client(base_url=server[0], timeout=10) as c:
+    with httpx.Client(base_url=server.base, timeout=30) as c:
         yield c
 
 
@@ -31,28 +42,49 @@ def error_of(response: httpx.Response) -> dict:
     return body["error"]
 
 
-def test_health(client):
+def say(text: str, **extra) -> dict:
+    return {"messages": [{"role": "user", "content": text}], **extra}
+
+
+def test_health(server, client):
     r = client.get("/health")
     assert r.status_code == 200
     body = r.json()
-    assert body["status"] == "ok" and body["model"] == "fake"
+    identity = IDENTITY[server.kind]
+    assert body["status"] == "ok" and body["model"] == identity["model"]
     assert body["chat_format"] == "xtml" and body["generating"] is False
-    assert body["queue_depth"] == 0 and "fake" in body["engine"]
-    assert body["fake_engine"] is True
+    assert body["queue_depth"] == 0 and identity["engine"] in body["engine"].lower()
+    assert body["fake_engine"] is identity["fake_engine"]
 
 
-def test_models_list_and_one(client):
+def test_models_list_and_one(server, client):
     listing = client.get("/v1/models").json()
     assert listing["object"] == "list" and len(listing["data"]) == 1
     model = listing["data"][0]
-    assert model["id"] == "fake" and model["object"] == "model" and model["owned_by"] == "waste"
+    identity = IDENTITY[server.kind]
+    assert model["id"] == identity["model"] and model["object"] == "model"
+    assert model["owned_by"] == "waste"
     waste = model["waste"]
-    assert waste["arch"] == "fake" and waste["n_layers"] == 4 and waste["top_k"] == 2
-    assert waste["params_total"] == 1_000_000 and waste["params_active"] == 250_000
+    assert waste["arch"] == identity["arch"] and waste["n_layers"] == 4 and waste["top_k"] == 2
+    assert waste["params_total"] > waste["params_active"] > 0
     assert waste["chat_format"] == {"kind": "xtml", "reasoning": True, "tools": True,
                                     "images": False, "error": None}
+    assert waste["defaults"]["thinking"] is True
+    assert client.get(f"/v1/models/{identity['model']}").json() == model
+
+
+@pytest.fixture(scope="module")
+def fake_client():
+    """The fake alone, for what http.md §9.1 fixes about it."""
+    with running(fake(), Settings(fake_engine="builtin")) as (base, app), \
+            httpx.Client(base_url=base, timeout=10) as c:
+        yield c
+
+
+def test_fake_model_shape(fake_client):
+    waste = fake_client.get("/v1/models").json()["data"][0]["waste"]
+    assert waste["params_total"] == 1_000_000 and waste["params_active"] == 250_000
     assert waste["defaults"] == {"max_tokens": 4096, "thinking": True}
-    assert client.get("/v1/models/fake").json() == model
 
 
 def test_unknown_model_is_404(client):
@@ -62,14 +94,16 @@ def test_unknown_model_is_404(client):
     assert (err["code"], err["type"], err["param"]) == ("model_not_found", "not_found_error", "model")
 
 
-@pytest.mark.parametrize("path", ["/nope", "/v1/models/", "/health/", "/v1/chat/completion"])
-def test_unknown_route_is_404_envelope(client, path):
-    r = client.get(path)
-    if path == "/v1/models/":  # an empty model id is no route either
-        assert r.status_code == 404
-        return
-    assert r.status_code == 404
-    assert error_of(r)["code"] == "unknown_route"
+@pytest.mark.parametrize("path", ["/nope", "/v1/models/", "/health/", "/v1/chat/completion",
+                                  "//health", "/v1//models", "/v1/models//", "/metrics/"])
+def test_paths_match_exactly(server, path):
+    # Raw bytes: an HTTP client could normalise the path before sending it.
+    response, _ = raw_request(server.base, f"GET {path} HTTP/1.1\r\nHost: x\r\n"
+                                           "Connection: close\r\n\r\n".encode())
+    head, _, body = response.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 404"), head
+    assert b"location:" not in head.lower()  # never a redirect
+    assert b'"code":"unknown_route"' in body
 
 
 def test_wrong_method_is_405_with_allow(client):
@@ -91,33 +125,50 @@ def test_head_works_where_get_does(client):
 
 
 def test_metrics(client):
-    client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "m"}]})
+    client.post("/v1/chat/completions", json=say("m"))
     r = client.get("/metrics")
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
     text = r.text
     assert 'waste_requests_total{route="/v1/chat/completions",status="200"}' in text
     for series in ("waste_requests_cancelled_total", "waste_prompt_tokens_total",
                    "waste_generated_tokens_total", "waste_queue_seconds_total",
+                   "waste_prefill_seconds_total", "waste_decode_seconds_total",
                    "waste_expert_hits_total", "waste_expert_misses_total",
                    "waste_expert_bytes_read_total", "waste_queue_depth",
                    "waste_requests_running", "waste_direct_io", "waste_memory_budget_bytes",
-                   'waste_info{model="fake"'):
-        assert series in text, series
+                   "waste_memory_peak_bytes", "waste_info{"):
+        assert f"\n{series}" in text, series
+    values = {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
+              if line and not line.startswith("#")}
+    assert values["waste_generated_tokens_total"] >= 1
+    assert values["waste_decode_seconds_total"] > 0
 
 
-def test_tokenize_detokenize(client):
-    r = client.post("/tokenize", json={"content": "a<|open|>b"})
-    assert r.json() == {"tokens": [ord(c) for c in "a<|open|>b"]}
-    marked = client.post("/tokenize", json={"content": "a<|open|>b", "parse_special": True}).json()
-    assert len(marked["tokens"]) == 3 and marked["tokens"][1] >= 0x110000
-    pieces = client.post("/tokenize", json={"content": "é", "with_pieces": True}).json()
-    assert pieces == {"tokens": [{"id": 0xE9, "piece": "é"}]}
-    back = client.post("/detokenize", json={"tokens": marked["tokens"]}).json()
-    assert back == {"content": "a<|open|>b"}
+def test_tokenize_detokenize(server, client):
+    n_base = server.engine.n_base_vocab
+    text = "a<|open|>b"
+    plain = client.post("/tokenize", json={"content": text}).json()["tokens"]
+    assert all(t < n_base for t in plain)
+    marked = client.post("/tokenize", json={"content": text, "parse_special": True}).json()["tokens"]
+    assert sum(t >= n_base for t in marked) == 1
+    assert client.post("/detokenize", json={"tokens": marked}).json() == {"content": text}
+    assert client.post("/detokenize", json={"tokens": plain}).json() == {"content": text}
+    pieces = client.post("/tokenize", json={"content": "é", "with_pieces": True}).json()["tokens"]
+    joined = b"".join(p["piece"].encode() if isinstance(p["piece"], str) else bytes(p["piece"])
+                      for p in pieces)
+    assert joined == "é".encode()
     bad = client.post("/detokenize", json={"tokens": [1, -1]})
     assert bad.status_code == 400 and error_of(bad)["param"] == "tokens[1]"
     missing = client.post("/tokenize", json={})
     assert error_of(missing)["code"] == "missing_required_parameter"
+
+
+def test_fake_tokens_are_code_points(fake_client):
+    client = fake_client
+    assert client.post("/tokenize", json={"content": "a<|open|>b"}).json() == \
+        {"tokens": [ord(c) for c in "a<|open|>b"]}
+    pieces = client.post("/tokenize", json={"content": "é", "with_pieces": True}).json()
+    assert pieces == {"tokens": [{"id": 0xE9, "piece": "é"}]}
 
 
 @pytest.mark.parametrize("raw", [b"", b"[]", b"nope", b'{"a": NaN}', b"\xff\xfe", b"1"])
@@ -134,7 +185,7 @@ def test_any_content_type_is_accepted(client):
     assert r.status_code == 200
 
 
-def raw_request(base: str, data: bytes, timeout: float = 5.0) -> tuple[bytes, bool]:
+def raw_request(base: str, data: bytes, timeout: float = 10.0) -> tuple[bytes, bool]:
     """Send raw bytes; return (response bytes, whether the server closed the connection)."""
     host, port = base.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=timeout) as sock:
@@ -156,7 +207,7 @@ def raw_request(base: str, data: bytes, timeout: float = 5.0) -> tuple[bytes, bo
 def test_post_without_content_length_is_411_and_closes(server):
     data = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
             b"2\r\n{}\r\n0\r\n\r\n")
-    response, closed = raw_request(server[0], data)
+    response, closed = raw_request(server.base, data)
     assert response.startswith(b"HTTP/1.1 411")
     assert b"length_required" in response and b"connection: close" in response.lower()
     assert closed
@@ -165,7 +216,7 @@ def test_post_without_content_length_is_411_and_closes(server):
 def test_declared_body_over_64_mib_is_413_before_reading(server):
     data = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 67108865\r\n"
             b"Content-Type: application/json\r\n\r\n{")
-    response, closed = raw_request(server[0], data)
+    response, closed = raw_request(server.base, data)
     assert response.startswith(b"HTTP/1.1 413")
     assert b"request_too_large" in response
     assert closed  # the connection closes although the body never arrived
@@ -180,22 +231,45 @@ def test_http10_stream_ends(server):
     body = b'{"messages":[{"role":"user","content":"x"}],"stream":true}'
     data = (b"POST /v1/chat/completions HTTP/1.0\r\nHost: x\r\nContent-Length: "
             + str(len(body)).encode() + b"\r\n\r\n" + body)
-    response, closed = raw_request(server[0], data)
+    response, closed = raw_request(server.base, data)
     assert b"data: [DONE]" in response and closed
 
 
 def test_connection_close_is_honoured(server):
     data = b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    response, closed = raw_request(server[0], data)
+    response, closed = raw_request(server.base, data)
     assert response.startswith(b"HTTP/1.1 200") and closed
+
+
+def test_x_request_id(client):
+    ok = client.post("/v1/chat/completions", json=say("x"))
+    assert ok.headers["x-request-id"] == ok.json()["id"]
+    assert ok.json()["id"].startswith("chatcmpl-") and len(ok.json()["id"]) == 9 + 24
+    done = client.post("/v1/completions", json={"prompt": "x"})
+    assert done.headers["x-request-id"] == done.json()["id"]
+    assert done.json()["id"].startswith("cmpl-")
+    bad = client.post("/v1/completions", json={})
+    assert bad.headers["x-request-id"].startswith("req-")
+
+
+def test_body_incomplete_after_the_timeout_is_408_and_closes(engine_kind, request):
+    with serve(engine_kind, request, body_timeout_s=0.3) as served:
+        data = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n"
+                b'{"mes')
+        response, closed = raw_request(served.base, data)
+    head, _, body = response.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408"), response
+    assert b"connection: close" in head.lower()
+    assert b'"code":"request_timeout"' in body and b"0.3 s" in body
+    assert closed
 
 
 # -- auth ----------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def keyed():
-    with running(fake(), Settings(fake_engine="builtin", api_key="s3cret")) as (base, app):
-        yield base
+def keyed(engine_kind, request):
+    with serve(engine_kind, request, api_key="s3cret") as served:
+        yield served.base
 
 
 @pytest.mark.parametrize("headers,ok", [
@@ -238,11 +312,29 @@ def test_route_check_precedes_key(keyed):
         assert c.get("/v1/chat/completions").status_code == 405
 
 
+@pytest.fixture(scope="module")
+def utf8_keyed():
+    with running(fake(), Settings(fake_engine="builtin", api_key="clé")) as (base, app):
+        yield base
+
+
+@pytest.mark.parametrize("header,ok", [
+    (b"Authorization: Bearer cl\xc3\xa9", True),  # the key's UTF-8 bytes
+    (b"x-api-key: cl\xc3\xa9", True),
+    (b"Authorization: Bearer cl\xe9", False),  # latin-1 bytes are another key
+    (b"Authorization: Bearer cle", False),
+])
+def test_a_non_ascii_key_is_compared_as_utf8_bytes(utf8_keyed, header, ok):
+    response, _ = raw_request(utf8_keyed, b"GET /v1/models HTTP/1.1\r\nHost: x\r\n" + header
+                              + b"\r\nConnection: close\r\n\r\n")
+    assert response.startswith(b"HTTP/1.1 200" if ok else b"HTTP/1.1 401"), response[:200]
+
+
 # -- CORS ------------------------------------------------------------------------------------
 
-def test_cors_when_enabled():
-    settings = Settings(fake_engine="builtin", cors_origins=("https://ui.example",), api_key="k")
-    with running(fake(), settings) as (base, app), httpx.Client(base_url=base) as c:
+def test_cors_when_enabled(engine_kind, request):
+    with serve(engine_kind, request, cors_origins=("https://ui.example",), api_key="k") as served, \
+            httpx.Client(base_url=served.base) as c:
         pre = c.options("/v1/chat/completions", headers={"Origin": "https://ui.example"})
         assert pre.status_code == 204
         assert pre.headers["Access-Control-Allow-Origin"] == "https://ui.example"
@@ -257,11 +349,14 @@ def test_cors_when_enabled():
         assert "Access-Control-Allow-Origin" not in other.headers
 
 
-# -- loading -------------------------------------------------------------------------------
+# -- loading and a failed load ---------------------------------------------------------------
+
+ENGINE_SERIES = ("waste_expert_hits_total", "waste_expert_misses_total",
+                 "waste_expert_bytes_read_total", "waste_direct_io",
+                 "waste_memory_budget_bytes", "waste_memory_peak_bytes")
+
 
 def test_routes_answer_503_while_loading():
-    import threading
-
     gate = threading.Event()
 
     def slow_loader():
@@ -274,22 +369,39 @@ def test_routes_answer_503_while_loading():
             health = c.get("/health")
             assert health.status_code == 503 and health.json()["status"] == "loading"
             assert health.json()["engine"] is None
-            r = c.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}]})
+            r = c.post("/v1/chat/completions", json=say("x"))
             assert r.status_code == 503 and error_of(r)["code"] == "engine_loading"
             assert r.headers["Retry-After"] == "5"
             assert c.get("/v1/models").status_code == 503
-            assert c.get("/metrics").status_code == 200
+            metrics = c.get("/metrics")
+            assert metrics.status_code == 200 and "waste_queue_depth 0" in metrics.text
+            for series in ENGINE_SERIES:
+                assert series not in metrics.text, series
             gate.set()
-            for _ in range(500):
-                if c.get("/health").status_code == 200:
-                    break
-                threading.Event().wait(0.01)
+            host = state_of(app).host
+            trio.from_thread.run(host.ready.wait, trio_token=host.trio_token)
             assert c.get("/v1/models").status_code == 200
+            assert "waste_expert_hits_total" in c.get("/metrics").text
 
 
-def test_x_request_id(client):
-    ok = client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}]})
-    assert ok.headers["x-request-id"] == ok.json()["id"]
-    assert ok.json()["id"].startswith("chatcmpl-") and len(ok.json()["id"]) == 9 + 24
-    bad = client.post("/v1/completions", json={})
-    assert bad.headers["x-request-id"].startswith("req-")
+def test_a_failed_load_answers_500_engine_error_naming_the_failure():
+    def broken_loader():
+        raise EngineError(-2, "manifest.json: format_version 999 is not 1")
+
+    with running(broken_loader, Settings(fake_engine="builtin")) as (base, app):
+        with httpx.Client(base_url=base, timeout=10) as c:
+            health = c.get("/health")
+            assert health.status_code == 503 and health.json()["status"] == "failed"
+            for method, path, body in (("POST", "/v1/chat/completions", say("x")),
+                                       ("POST", "/v1/completions", {"prompt": "x"}),
+                                       ("GET", "/v1/models", None),
+                                       ("POST", "/tokenize", {"content": "x"})):
+                r = c.request(method, path, json=body)
+                assert r.status_code == 500, (path, r.text)
+                err = error_of(r)
+                assert (err["code"], err["type"]) == ("engine_error", "engine_error")
+                assert "E_FORMAT" in err["message"] and "format_version 999" in err["message"]
+                assert "load" in err["message"]
+            metrics = c.get("/metrics")
+            assert metrics.status_code == 200
+            assert "waste_expert_hits_total" not in metrics.text

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from waste.app.settings import Settings
 from waste.domain.engine import EngineError, SamplingParams
+from waste.tools.make_container import build_container
 
 pytestmark = pytest.mark.native
 
@@ -352,8 +354,6 @@ def test_a_missing_container_is_e_io_naming_it(native, tmp_path):
 
 
 def test_same_seed_gives_a_byte_identical_container(tmp_path, native_container):
-    from waste.tools.make_container import build_container
-
     again = build_container(tmp_path / "again.waste", seed=0)
     names = sorted(p.name for p in native_container.iterdir())
     assert names == sorted(p.name for p in again.iterdir())
@@ -398,8 +398,6 @@ def test_a_library_of_another_api_version_is_refused(native, tmp_path):
 
 
 def test_options_from_the_server_settings(native):
-    from waste.app.settings import Settings
-
     settings = Settings(model="m.waste", budget=3 << 30, ctx=8192, threads=2, cpus="0-1",
                         cache="lru", direct_io=False, vision=True, verify=True,
                         exclusive_open=True, usage="")

@@ -1,24 +1,26 @@
 """The engine worker: one Trio task owns the engine and runs jobs FIFO in a worker thread.
 
-Requests submit jobs and read their events from an unbounded per-job channel, so a client
-that stops reading never blocks the engine (stack-notes pitfall 6). A request that ends —
-finished, failed or disconnected — marks its job cancelled: a queued job is then skipped
-without touching the engine, and a running one stops at the next token callback.
+A request is admitted once (``admit``: the place is held from then on) and reads its events
+from an unbounded per-job channel, so a client that stops reading never blocks the engine
+(stack-notes pitfall 6). A request that ends — finished, failed or disconnected — calls
+``leave``: a waiting job leaves the queue at once without touching the engine, and a running
+one is stopped at the next token (callback) or prefill chunk (``Engine.abort``).
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 import math
 import time
-from contextlib import contextmanager
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 import attrs
 import trio
 
 from waste.domain.completion import Output, ReplyAssembler
-from waste.domain.engine import Engine, EngineError, GenerationResult, SamplingParams
+from waste.domain.engine import (E_CANCELLED, Engine, EngineError, GenerationResult,
+                                 SamplingParams, Tokenizer)
 from waste.domain.errors import ContextLengthExceeded
 
 log = logging.getLogger("waste.engine")
@@ -26,7 +28,7 @@ SHUTDOWN_GRACE_S = 10.0
 
 
 class QueueFull(Exception):
-    """More than ``max_queue`` requests are waiting."""
+    """``max_queue`` requests are already waiting."""
 
 
 class ShuttingDown(Exception):
@@ -35,6 +37,14 @@ class ShuttingDown(Exception):
 
 class EngineLoading(Exception):
     """The engine has not finished opening."""
+
+
+class EngineLoadFailed(Exception):
+    """The engine could not be opened; every route but /health and /metrics says why."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
 
 
 @attrs.frozen
@@ -81,6 +91,8 @@ class Job:
     ctx_param: str = "messages"
     cancelled: bool = False
     completed: bool = False  # set by the request once it has read Finished or Failed
+    started: bool = False  # handed to the engine thread
+    left: bool = False  # the request called ``leave``
     enqueued_at: float = attrs.field(factory=time.perf_counter)
     send: Any = None
 
@@ -93,126 +105,208 @@ def _deliver(send: trio.MemorySendChannel, item: object) -> None:
         pass
 
 
+EngineLoader = Callable[[], "tuple[Engine, Tokenizer]"]
+
+
 @attrs.define(eq=False)
 class EngineHost:
-    """Owns the engine for the server's lifetime: loading, the FIFO queue, shutdown."""
+    """Owns the engine for the server's lifetime: loading, the FIFO queue, shutdown.
 
-    loader: Callable[[], tuple[Engine, Any]]
+    ``running`` is the job that owns the engine (or is about to: it is assigned the moment
+    an idle engine admits it); ``queue_depth`` counts only the jobs waiting behind it.
+    """
+
+    loader: EngineLoader
     max_queue: int = 64
     shutdown_grace_s: float = SHUTDOWN_GRACE_S
+    # Runs after the engine opened and before it is declared loaded (the chat format).
+    on_open: Callable[[], Awaitable[None]] | None = None
     engine: Engine | None = None
-    tokenizer: Any = None
+    tokenizer: Tokenizer | None = None
     load_error: BaseException | None = None
     opened_at: float | None = None
-    queue_depth: int = 0
     running: Job | None = None
     requests_cancelled: int = 0
     shutting_down: bool = False
-    ready: trio.Event = attrs.field(factory=trio.Event)
+    ready: trio.Event = attrs.field(factory=trio.Event)  # the load ended, either way
     trio_token: Any = None
+    # One limiter per native context: its blocking calls are serialised in worker threads.
+    engine_limiter: trio.CapacityLimiter = attrs.field(factory=lambda: trio.CapacityLimiter(1))
     tokenizer_limiter: trio.CapacityLimiter = attrs.field(factory=lambda: trio.CapacityLimiter(1))
-    _abort: bool = False
-    _jobs_send: Any = None
-    _jobs_recv: Any = None
-    _queued: list[Job] = attrs.field(factory=list)
-    _idle: trio.Event = attrs.field(factory=trio.Event)
-
-    def __attrs_post_init__(self) -> None:
-        self._jobs_send, self._jobs_recv = trio.open_memory_channel(math.inf)
-        self._idle.set()
+    aborting: bool = False  # the shutdown grace ran out: the running job is being stopped
+    _waiting: collections.deque = attrs.field(factory=collections.deque)
+    _changed: trio.lowlevel.ParkingLot = attrs.field(factory=trio.lowlevel.ParkingLot)
+    _shutdown_requested: trio.Event = attrs.field(factory=trio.Event)
+    _stopped: trio.Event = attrs.field(factory=trio.Event)
+    _closed: bool = False
 
     @property
     def loaded(self) -> bool:
-        return self.engine is not None
+        return self.opened_at is not None
 
+    @property
+    def queue_depth(self) -> int:
+        """Jobs waiting for the engine (not the one that owns it)."""
+        return len(self._waiting)
+
+    async def wait_until(self, predicate: Callable[["EngineHost"], bool]) -> None:
+        """Return once ``predicate(self)`` holds; re-checked after every change of state."""
+        while not predicate(self):
+            await self._changed.park()
+
+    def _notify(self) -> None:
+        self._changed.unpark_all()
+
+    # -- lifetime ------------------------------------------------------------------------
     async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        """Open the engine in a thread, then serve jobs until the queue is closed."""
+        """Open the engine in a thread, then serve jobs until shutdown."""
         self.trio_token = trio.lowlevel.current_trio_token()
         task_status.started()
         try:
-            self.engine, self.tokenizer = await trio.to_thread.run_sync(self.loader)
-        except Exception as exc:  # reported by /health and the CLI; the detail is logged
+            if await self._open():
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._enforce_grace)
+                    await self._serve_jobs()
+                    nursery.cancel_scope.cancel()
+        finally:
+            self._stopped.set()
+            self._notify()
+
+    async def _open(self) -> bool:
+        # waste_open cannot be aborted, and an abandoned thread would outlive the engine:
+        # a shutdown during the load waits for it to end.
+        try:
+            self.engine, self.tokenizer = await trio.to_thread.run_sync(
+                self.loader, limiter=self.engine_limiter)
+            if self.on_open is not None:
+                await self.on_open()
+        except Exception as exc:  # reported by /health, every route and the CLI
             self.load_error = exc
             log.error("engine failed to open: %s", exc)
+            return False
+        else:
+            self.opened_at = time.time()
+            return True
+        finally:
             self.ready.set()
-            return
-        self.opened_at = time.time()
-        self.ready.set()
-        async with self._jobs_recv:
-            async for job in self._jobs_recv:
-                self._queued.remove(job)
-                self.queue_depth -= 1
-                if job.cancelled:
-                    continue  # its client left while queued: the engine never sees it
-                self.running, self._idle = job, trio.Event()
-                try:
-                    await trio.to_thread.run_sync(self._run_job, job, trio.lowlevel.current_trio_token())
-                finally:
-                    self.running = None
-                    self._idle.set()
+            self._notify()
 
-    def check_admission(self) -> None:
-        """Raise unless a new job could be queued now (http.md §2.1 step 10)."""
+    async def call_engine(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run one blocking engine call in the worker thread, after any running one."""
+        return await trio.to_thread.run_sync(fn, *args, limiter=self.engine_limiter)
+
+    async def _serve_jobs(self) -> None:
+        while True:
+            job = self.running
+            if job is None:
+                if self.shutting_down:
+                    return
+                await self._changed.park()
+                continue
+            if not job.cancelled:  # a client that left before its turn: the engine never sees it
+                job.started = True
+                self._notify()
+                await trio.to_thread.run_sync(self._run_job, job, self.trio_token,
+                                              limiter=self.engine_limiter)
+            self.running = self._waiting.popleft() if self._waiting else None
+            self._notify()
+
+    # -- admission -----------------------------------------------------------------------
+    def admit(self, job: Job) -> trio.MemoryReceiveChannel:
+        """Give ``job`` its place (http.md §2.1 step 10); the channel of its events.
+
+        Synchronous, and decided once: from here the place is held until ``leave(job)``.
+        A request to an idle engine does not wait, so it never counts against ``max_queue``.
+
+        Raises:
+            ShuttingDown, EngineLoading, QueueFull.
+        """
         if self.shutting_down:
             raise ShuttingDown()
         if not self.loaded:
             raise EngineLoading()
-        if self.queue_depth >= self.max_queue:
+        if self.running is not None and len(self._waiting) >= self.max_queue:
             raise QueueFull()
-
-    @contextmanager
-    def open_job(self, job: Job):
-        """Queue ``job``; yield the channel of its events. Leaving cancels the job.
-
-        Synchronous on purpose: its cleanup runs inside a body generator that may be closing
-        on a client's disconnect, where any ``await`` would raise again.
-        """
-        self.check_admission()
-        send, recv = trio.open_memory_channel(math.inf)
+        send, receive = trio.open_memory_channel(math.inf)
         job.send = send
-        self.queue_depth += 1
-        self._queued.append(job)
-        self._jobs_send.send_nowait(job)
-        try:
-            yield recv
-        finally:
-            recv.close()
-            if not job.completed:
-                self.requests_cancelled += 1
-            job.cancelled = True
+        if self.running is None:
+            self.running = job
+        else:
+            self._waiting.append(job)
+        self._notify()
+        return receive
 
-    async def begin_shutdown(self) -> None:
-        """Fail queued jobs, give the running one ``shutdown_grace_s``, then abort it."""
-        self.shutting_down = True
-        for job in list(self._queued):
-            job.cancelled = True
-            if job.send is not None:
-                _deliver(job.send, Failed(ShuttingDown()))
-        with trio.move_on_after(self.shutdown_grace_s):
-            await self._idle.wait()
-        self._abort = True
-        await self._idle.wait()
+    def leave(self, job: Job) -> None:
+        """The request for ``job`` ended. Idempotent and synchronous (it runs in cleanup).
 
-    def close(self) -> None:
-        """Stop the worker loop, save the expert hotlist, close the engine (after serving)."""
-        self._jobs_send.close()
-        if self.engine is None:
+        A waiting job gives up its place at once; a running one is stopped at the next token
+        or prefill chunk. A job whose answer was not read counts as cancelled.
+        """
+        if job.left:
             return
-        save_usage = getattr(self.engine, "save_usage", None)
-        if save_usage is not None:
-            try:
-                save_usage()
-            except Exception as exc:  # http.md §6: a failure to save is logged only
-                log.warning("expert hotlist not saved: %s", exc)
+        job.left = True
+        if not job.completed:
+            self.requests_cancelled += 1
+        job.cancelled = True
+        if job in self._waiting:
+            self._waiting.remove(job)
+        elif self.running is job and job.started and not job.completed:
+            self.engine.abort()
+        self._notify()
+
+    # -- shutdown ------------------------------------------------------------------------
+    def request_shutdown(self) -> None:
+        """Refuse new jobs, fail the waiting ones, and start the running one's grace.
+
+        Synchronous; the grace (``shutdown_grace_s``, then an abort) runs in the worker.
+        """
+        if self.shutting_down:
+            return
+        self.shutting_down = True
+        while self._waiting:
+            job = self._waiting.popleft()
+            job.cancelled = True  # never reaches the engine
+            _deliver(job.send, Failed(ShuttingDown()))
+        self._shutdown_requested.set()
+        self._notify()
+
+    async def _enforce_grace(self) -> None:
+        await self._shutdown_requested.wait()
+        with trio.move_on_after(self.shutdown_grace_s):
+            await self.wait_until(lambda host: host.running is None)
+        if self.running is not None:
+            log.warning("shutdown: the running generation is aborted after %.0f s",
+                        self.shutdown_grace_s)
+            self.aborting = True  # the callback returns stop, and abort covers prefill
+            self.engine.abort()
+            self._notify()
+
+    async def aclose(self) -> None:
+        """Shut down, wait for the worker, save the hotlist and close the engine.
+
+        Waits for a load in progress to end (it cannot be aborted). Run shielded: it must
+        finish even when the serving lifecycle's own deadline has passed.
+        """
+        self.request_shutdown()
+        await self.ready.wait()
+        await self._stopped.wait()
+        if self._closed or self.engine is None:
+            return
+        self._closed = True
+        await self.call_engine(self._save_and_close)
+
+    def _save_and_close(self) -> None:
+        try:
+            self.engine.save_usage()
+        except EngineError as exc:  # http.md §6: a failure to save is logged only
+            log.warning("expert hotlist not saved: %s", exc)
         self.engine.close()
-        self.engine = None
-        if self.tokenizer is not None and hasattr(self.tokenizer, "close"):
+        if self.tokenizer is not None and self.tokenizer is not self.engine:
             self.tokenizer.close()
 
     # -- the worker thread --------------------------------------------------------------
     def _run_job(self, job: Job, token: trio.lowlevel.TrioToken) -> None:
         engine = self.engine
-        assert engine is not None
 
         def deliver(item: object) -> None:
             token.run_sync_soon(_deliver, job.send, item)
@@ -221,22 +315,40 @@ class EngineHost:
             outputs = job.assembler.on_token(event)
             if outputs:
                 deliver(Released(tuple(outputs)))
-            return job.cancelled or self._abort or job.assembler.should_stop
+            return job.cancelled or self.aborting or job.assembler.should_stop
 
         try:
             engine.reset()
+            if job.cancelled:
+                # The client left as the job started. ``leave`` sets ``cancelled`` before it
+                # calls ``abort``, so an abort this check misses came after the reset, which
+                # would otherwise have cleared it: it stays set for ``generate``.
+                return
             prompt = self._expand_images(engine, job)
             deliver(Started((time.perf_counter() - job.enqueued_at) * 1000))
             result = engine.generate(prompt, job.params, on_token)
-            if self._abort and not job.cancelled and result.stop_reason == "callback" \
-                    and not job.assembler.should_stop:
-                deliver(Failed(ShuttingDown()))
-                return
-            deliver(Finished(result, tuple(job.assembler.finish()), len(prompt)))
+        except EngineError as exc:
+            if exc.status != E_CANCELLED:
+                return self._fail(engine, deliver, exc)
+            result = None  # aborted: the client left, or the shutdown grace ran out
         except BaseException as exc:  # every failure reaches its request, never the loop
-            log.warning("generation failed: %s", exc)
+            return self._fail(engine, deliver, exc)
+        stopped_from_outside = result is None or (
+            result.stop_reason == "callback" and not job.assembler.should_stop)
+        if stopped_from_outside:
+            if self.aborting and not job.cancelled:
+                deliver(Failed(ShuttingDown()))
+            return  # a client that left reads nothing more
+        deliver(Finished(result, tuple(job.assembler.finish()), len(prompt)))
+
+    @staticmethod
+    def _fail(engine: Engine, deliver: Callable[[object], None], exc: BaseException) -> None:
+        log.warning("generation failed: %s", exc)
+        try:
             engine.reset()  # after a failure the next request starts clean (http.md §5)
-            deliver(Failed(exc))
+        except EngineError as reset_error:
+            log.error("engine reset after a failure failed: %s", reset_error)
+        deliver(Failed(exc))
 
     @staticmethod
     def _expand_images(engine: Engine, job: Job) -> list[int]:
@@ -255,4 +367,4 @@ class EngineHost:
 
 
 __all__ = ["EngineHost", "Job", "Started", "Released", "Finished", "Failed", "QueueFull",
-           "ShuttingDown", "EngineLoading", "DecodedImage", "EngineError"]
+           "ShuttingDown", "EngineLoading", "EngineLoadFailed", "DecodedImage", "EngineError"]

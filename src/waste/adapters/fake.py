@@ -2,7 +2,7 @@
 
 Text tokens are code points (id = code point), specials follow 0x110000, so the plain
 tokenizer can never produce a marker id. It records what it was given (prompts, resets,
-stop reasons) so tests can assert on end state instead of mocking our own code.
+stop reasons, hotlist saves) so tests can assert on end state instead of mocking our own code.
 """
 
 from __future__ import annotations
@@ -10,14 +10,17 @@ from __future__ import annotations
 import json
 import threading
 import time
-from typing import Sequence
+from contextlib import contextmanager
+from typing import Iterator, Sequence
 
 import attrs
 
+from waste.adapters.fake_reply import plan_reply
 from waste.adapters.fake_script import ERROR_STATUSES, FakeScript, ReplyRule
 from waste.domain.chatfmt import chat_json_markers, marker_strings
-from waste.domain.engine import (EngineError, EngineStats, GenerationResult, ModelInfo,
-                                 SamplingParams, TokenCallback, TokenEvent)
+from waste.domain.engine import (E_CANCELLED, E_UNSUPPORTED, EngineError, EngineStats,
+                                 GenerationResult, ModelInfo, SamplingParams, TokenCallback,
+                                 TokenEvent)
 
 N_BASE_VOCAB = 0x110000
 XTML_SPECIALS = ("<|open|>", "<|sep|>", "<|close|>", "<|end_of_msg|>", "<|media_begin|>",
@@ -26,6 +29,9 @@ XTML_SPECIALS = ("<|open|>", "<|sep|>", "<|close|>", "<|end_of_msg|>", "<|media_
 K2_TOOL_MARKERS = ("<|tool_calls_section_begin|>", "<|tool_calls_section_end|>",
                    "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>")
 _BYTES_PER_TOKEN = 4096
+# What libwaste answers on a container converted without tokenizer files.
+NO_TOKENIZER = ("fake engine: the container has no tokenizer files (tokenizer.tiktoken, "
+                "specials.json); use token ids")
 
 
 @attrs.define
@@ -34,11 +40,12 @@ class FakeRecord:
 
     prompts: list[list[int]] = attrs.field(factory=list)
     positions_at_generate: list[int] = attrs.field(factory=list)
-    stop_reasons: list[str] = attrs.field(factory=list)
+    stop_reasons: list[str] = attrs.field(factory=list)  # or "error", "cancelled" (abort)
     generated: list[int] = attrs.field(factory=list)  # tokens delivered, per generate call
     resets: int = 0
     images: list[tuple[int, int]] = attrs.field(factory=list)
     tokens_delivered: int = 0
+    usage_saves: int = 0
 
 
 def special_texts(script: FakeScript) -> list[str]:
@@ -68,6 +75,7 @@ class FakeEngine:
         self._images: list[tuple[int, int]] = []
         self._busy = threading.Lock()
         self._stats_lock = threading.Lock()
+        self._abort = threading.Event()
         self._totals = {"tokens": 0, "hit": 0, "miss": 0, "bytes": 0}
         self.closed = False
         if script.load_delay_s:
@@ -97,11 +105,27 @@ class FakeEngine:
             return None
         return json.dumps(self.script.chat_json, ensure_ascii=False)
 
-    # -- tokenizer ------------------------------------------------------------------------
+    # -- tokenizer (the public calls fail as libwaste's do without tokenizer files) --------
     def tokenize(self, text: str) -> list[int]:
-        return [ord(ch) for ch in text]
+        self._require_tokenizer()
+        return self.text_ids(text)
 
     def tokenize_markup(self, text: str) -> list[int]:
+        self._require_tokenizer()
+        return self.markup_ids(text)
+
+    def detokenize(self, ids: Sequence[int]) -> bytes:
+        if not self.script.tokenizer:
+            raise EngineError(E_UNSUPPORTED, "fake engine: the container has no tokenizer "
+                              "files; detokenize is unavailable")
+        return "".join(self.token_text(i) for i in ids).encode("utf-8", "surrogatepass")
+
+    def text_ids(self, text: str) -> list[int]:
+        """The plain encoding the fake's own replies use (whatever the script's tokenizer)."""
+        return [ord(ch) for ch in text]
+
+    def markup_ids(self, text: str) -> list[int]:
+        """The markup encoding: specials anywhere, longest match first."""
         ids, i = [], 0
         while i < len(text):
             for special in self._by_length:
@@ -122,15 +146,20 @@ class FakeEngine:
             return self._specials[index]
         raise EngineError(-5, f"token id {token} is outside the vocabulary (0..{N_BASE_VOCAB + len(self._specials) - 1})")
 
-    def detokenize(self, ids: Sequence[int]) -> bytes:
-        return "".join(self.token_text(i) for i in ids).encode("utf-8", "surrogatepass")
+    def _require_tokenizer(self) -> None:
+        if not self.script.tokenizer:
+            raise EngineError(E_UNSUPPORTED, NO_TOKENIZER)
 
     # -- state ----------------------------------------------------------------------------
     def reset(self) -> None:
         with self._busy_call():
             self._position = 0
             self._images.clear()
+            self._abort.clear()
             self.record.resets += 1
+
+    def abort(self) -> None:
+        self._abort.set()
 
     def add_image(self, rgb: bytes, width: int, height: int) -> int:
         with self._busy_call():
@@ -159,6 +188,10 @@ class FakeEngine:
                            experts_missed=t["miss"], bytes_read=t["bytes"], direct_io=True,
                            io_note=None, budget_bytes=0, peak_bytes=0)
 
+    def save_usage(self) -> None:
+        with self._busy_call():
+            self.record.usage_saves += 1
+
     def close(self) -> None:
         self.closed = True
 
@@ -176,60 +209,69 @@ class FakeEngine:
             raise EngineError(-11, f"fake engine: {self._position} + {len(prompt)} tokens exceed the context of {self._ctx}")
         self.record.prompts.append(prompt)
         self.record.positions_at_generate.append(self._position)
+        self.record.generated.append(0)
         started = time.perf_counter()
-        if self.script.prefill_delay_s:
-            time.sleep(self.script.prefill_delay_s)
-        self._position += len(prompt)
-        self._images.clear()
-        prefill_ms = (time.perf_counter() - started) * 1000
-        tokens, rule = self._reply_for(prompt)
-        stop_ids = set(params.stop_ids)
-        reason, n = "token", 0
-        decode_started = time.perf_counter()
-        for token in tokens:
-            if rule is not None and rule.error is not None and n == rule.after_tokens:
-                self.record.stop_reasons.append("error")
-                raise EngineError(ERROR_STATUSES[rule.error],
-                                  f"fake engine: scripted {rule.error} failure after {n} tokens")
-            if n >= params.max_tokens:
-                reason = "max_tokens"
-                break
-            if self._position >= self._ctx:
-                reason = "ctx_full"
-                break
-            if self.script.token_delay_s:
-                time.sleep(self.script.token_delay_s)
-            event = TokenEvent(index=n, token=token, piece=self._piece(token), logprob=-0.5,
-                               is_stop=token in stop_ids, experts_hit=3, experts_missed=1,
-                               bytes_read=_BYTES_PER_TOKEN)
-            n += 1
-            self._count_token()
-            stop = on_token(event)
-            if event.is_stop:
-                reason = "token"
-                break
-            if stop:
-                reason = "callback"
-                break
-            self._position += 1
-        else:
-            if rule is not None and rule.error is not None and n == rule.after_tokens:
-                self.record.stop_reasons.append("error")
-                raise EngineError(ERROR_STATUSES[rule.error],
-                                  f"fake engine: scripted {rule.error} failure after {n} tokens")
+        try:
+            self._pause(self.script.prefill_delay_s)
+            self._position += len(prompt)
+            self._images.clear()
+            prefill_ms = (time.perf_counter() - started) * 1000
+            tokens, rule = plan_reply(self, prompt)
+            decode_started = time.perf_counter()
+            reason = self._decode(tokens, rule, params, on_token)
+        except EngineError as exc:
+            self.record.stop_reasons.append("cancelled" if exc.status == E_CANCELLED else "error")
+            raise
         self.record.stop_reasons.append(reason)
-        self.record.generated.append(n)
+        n = self.record.generated[-1]
         return GenerationResult(
             prompt_tokens=len(prompt), tokens_generated=n, stop_reason=reason,
             experts_hit=3 * n, experts_missed=n, bytes_read=_BYTES_PER_TOKEN * n,
             prefill_ms=prefill_ms, decode_ms=(time.perf_counter() - decode_started) * 1000,
             direct_io=True)
 
+    def _decode(self, tokens: list[int], rule: ReplyRule | None, params: SamplingParams,
+                on_token: TokenCallback) -> str:
+        """Deliver the scripted tokens; the stop reason. ``record.generated[-1]`` counts them."""
+        stop_ids = set(params.stop_ids)
+        for n, token in enumerate(tokens):
+            self._fail_if_scripted(rule, n)
+            if n >= params.max_tokens:
+                return "max_tokens"
+            if self._position >= self._ctx:
+                return "ctx_full"
+            self._pause(self.script.token_delay_s)
+            event = TokenEvent(index=n, token=token, piece=self._piece(token), logprob=-0.5,
+                               is_stop=token in stop_ids, experts_hit=3, experts_missed=1,
+                               bytes_read=_BYTES_PER_TOKEN)
+            self._count_token()
+            stop = on_token(event)
+            if event.is_stop:
+                return "token"
+            if stop:
+                return "callback"
+            self._position += 1
+        self._fail_if_scripted(rule, len(tokens))
+        return "token"
+
+    def _pause(self, seconds: float) -> None:
+        """Wait ``seconds`` (prefill or one token); an abort ends the wait with E_CANCELLED."""
+        aborted = self._abort.wait(seconds) if seconds else self._abort.is_set()
+        if aborted:
+            self._abort.clear()  # honoured: the flag is not sticky past this call
+            raise EngineError(E_CANCELLED, "fake engine: aborted")
+
+    def _fail_if_scripted(self, rule: ReplyRule | None, n: int) -> None:
+        if rule is not None and rule.error is not None and n == rule.after_tokens:
+            raise EngineError(ERROR_STATUSES[rule.error],
+                              f"fake engine: scripted {rule.error} failure after {n} tokens")
+
     def _piece(self, token: int) -> bytes:
         return self.token_text(token).encode("utf-8", "surrogatepass")
 
     def _count_token(self) -> None:
         self.record.tokens_delivered += 1
+        self.record.generated[-1] += 1
         with self._stats_lock:
             self._totals["tokens"] += 1
             self._totals["hit"] += 3
@@ -246,21 +288,11 @@ class FakeEngine:
                 return self._special_ids.get(markers[len(markers) // 2])
         return None
 
-    def _busy_call(self):
-        engine = self
-
-        class _Guard:
-            def __enter__(self):
-                if not engine._busy.acquire(blocking=False):
-                    raise EngineError(-8, "fake engine: concurrent call on one context")
-
-            def __exit__(self, *exc):
-                engine._busy.release()
-
-        return _Guard()
-
-    # -- the scripted reply ---------------------------------------------------------------
-    def _reply_for(self, prompt: list[int]) -> tuple[list[int], ReplyRule | None]:
-        from waste.adapters.fake_reply import plan_reply
-
-        return plan_reply(self, prompt)
+    @contextmanager
+    def _busy_call(self) -> Iterator[None]:
+        if not self._busy.acquire(blocking=False):
+            raise EngineError(-8, "fake engine: concurrent call on one context")
+        try:
+            yield
+        finally:
+            self._busy.release()

@@ -13,7 +13,7 @@ import attrs
 
 ERROR_STATUSES = {"io": -1, "format": -2, "budget": -3, "nomem": -4, "state": -9}
 _KEYS = {"format", "chat_json", "k2_tool_markers", "image_positions", "load_delay_s",
-         "prefill_delay_s", "token_delay_s", "replies"}
+         "prefill_delay_s", "token_delay_s", "replies", "tokenizer"}
 _RULE_KEYS = {"when", "reasoning", "content", "tool_calls", "raw", "error", "after_tokens"}
 
 
@@ -44,6 +44,7 @@ class FakeScript:
     prefill_delay_s: float = 0.0
     token_delay_s: float = 0.0
     replies: tuple[ReplyRule, ...] = ()
+    tokenizer: bool = True  # false: a container converted without tokenizer files
 
 
 def load_script(source: str | None) -> FakeScript:
@@ -81,9 +82,13 @@ def parse_script(obj: object) -> FakeScript:
     replies = obj.get("replies", [])
     if not isinstance(replies, list):
         raise ScriptError("fake-engine script: 'replies' must be a list")
+    for key in ("k2_tool_markers", "tokenizer"):
+        if key in obj and not isinstance(obj[key], bool):
+            raise ScriptError(f"fake-engine script: {key!r} must be true or false")
     return FakeScript(
         format=fmt, chat_json=chat_json if fmt == "chat.json" else None,
-        k2_tool_markers=bool(obj.get("k2_tool_markers", False)),
+        k2_tool_markers=obj.get("k2_tool_markers", False),
+        tokenizer=obj.get("tokenizer", True),
         image_positions=int(numbers["image_positions"]),
         load_delay_s=float(numbers["load_delay_s"]),
         prefill_delay_s=float(numbers["prefill_delay_s"]),

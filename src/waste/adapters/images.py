@@ -13,6 +13,8 @@ import io
 import re
 import warnings
 
+from PIL import Image
+
 from waste.adapters.engine_host import DecodedImage
 from waste.domain.errors import InvalidRequest
 from waste.domain.requests import ImagePart, image_kind, local_image_path
@@ -89,8 +91,6 @@ def _read_local(part: ImagePart) -> bytes:
 
 
 def _pixels(raw: bytes, part: ImagePart) -> DecodedImage:
-    from PIL import Image
-
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)

@@ -8,7 +8,7 @@ opens anything; the engine opens in the serving lifecycle.
 
 from __future__ import annotations
 
-from waste.app.factory import create_app, engine_loader
+from waste.app.factory import app_from_environment, create_app, engine_loader
 from waste.app.settings import Settings, load_settings
 
 __all__ = ["create_app", "engine_loader", "Settings", "load_settings", "app"]
@@ -22,8 +22,6 @@ class _AppFromEnvironment:
 
     async def __call__(self, scope, receive, send) -> None:
         if self._app is None:
-            from waste.app.factory import app_from_environment
-
             self._app = app_from_environment()
         await self._app(scope, receive, send)
 

@@ -8,6 +8,7 @@ on a second signal, 2 on a usage error.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import socket
@@ -15,7 +16,12 @@ import sys
 from typing import Sequence
 
 import trio
+from hypercorn.config import Config
+from hypercorn.trio import serve
 
+import waste
+from waste.adapters.engine_host import EngineHost
+from waste.app.factory import create_app, engine_loader
 from waste.app.settings import Settings, UsageError, load_settings
 
 log = logging.getLogger("waste")
@@ -41,9 +47,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _print_version() -> int:
-    import waste
-
     try:
+        # Here, not at the top: the cffi extension exists only once libwaste is built.
         from waste.adapters.native import library_versions
 
         native = library_versions()
@@ -57,7 +62,7 @@ def _print_plan(settings: Settings) -> int:
     if settings.model is None:
         print("waste: --plan needs MODEL", file=sys.stderr)
         return 2
-    from waste.adapters.native import plan_memory
+    from waste.adapters.native import plan_memory  # needs libwaste built (see above)
 
     try:
         plan = plan_memory(settings.model, settings)
@@ -79,56 +84,67 @@ def _bind(settings: Settings) -> socket.socket:
     return sock
 
 
+def _hypercorn_config(sock: socket.socket, settings: Settings) -> Config:
+    config = Config()
+    config.bind = [f"fd://{sock.detach()}"]  # hypercorn owns (and closes) the socket now
+    config.keep_alive_timeout = 75
+    # The listener closes on the first signal; open exchanges then get this long. It must
+    # outlast the running generation's grace, or hypercorn would cut the stream first.
+    config.graceful_timeout = settings.shutdown_grace_s + 5
+    # after_serving waits for a load in progress (waste_open cannot be aborted); hypercorn
+    # must not give up on it and crash out of serve(). A second signal still exits at once.
+    config.shutdown_timeout = math.inf
+    config.accesslog = None
+    return config
+
+
 async def _serve(settings: Settings) -> int:
-    from hypercorn.config import Config
-    from hypercorn.trio import serve
-
-    from waste.app.factory import create_app, engine_loader
-
     try:
         loader = engine_loader(settings)
     except Exception as exc:
         print(f"waste: {exc}", file=sys.stderr)
         return 2
     app = create_app(loader, settings)
-    state = app.extensions["waste"]
+    host = app.extensions["waste"].host
     sock = _bind(settings)
-    host, port = sock.getsockname()[:2]
+    port = sock.getsockname()[1]
     if settings.host not in _LOOPBACK and not settings.api_key:
         print(f"warning: serving on {settings.host} without --api-key; anyone who can reach "
               "it can use this server", file=sys.stderr)
-    config = Config()
-    config.bind = [f"fd://{sock.detach()}"]  # hypercorn owns (and closes) the socket now
-    config.keep_alive_timeout = 75
-    config.graceful_timeout = 5
-    config.accesslog = None
-    print(f"listening on http://{settings.host if ':' not in settings.host else f'[{settings.host}]'}:{port}",
-          flush=True)
-    exit_code = 0
+    stop = trio.Event()
+    load_failed = trio.Event()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(_handle_signals, host, stop)
+        nursery.start_soon(_stop_on_load_failure, host, stop, load_failed)
+        shown = settings.host if ":" not in settings.host else f"[{settings.host}]"
+        print(f"listening on http://{shown}:{port}", flush=True)
+        await serve(app, _hypercorn_config(sock, settings), shutdown_trigger=stop.wait)
+        nursery.cancel_scope.cancel()
+    return 1 if load_failed.is_set() else 0
 
-    async def shutdown_trigger() -> None:
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            async with trio.open_nursery() as nursery:
-                async def load_watch():
-                    nonlocal exit_code
-                    await state.host.ready.wait()
-                    if state.host.load_error is not None:
-                        exit_code = 1
-                        nursery.cancel_scope.cancel()
 
-                nursery.start_soon(load_watch)
-                async for _ in signals:
-                    nursery.cancel_scope.cancel()
-                    break
-            if exit_code == 0:
-                async with trio.open_nursery() as nursery:
-                    async def second_signal():
-                        async for _ in signals:
-                            os._exit(1)  # a second signal exits at once
+async def _handle_signals(host: EngineHost, stop: trio.Event, *,
+                          task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """The first SIGINT/SIGTERM starts the shutdown of http.md §6; a second exits 1 at once."""
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        task_status.started()
+        async for _ in signals:
+            if stop.is_set():
+                print("waste: second signal: exiting now", file=sys.stderr, flush=True)
+                os._exit(1)
+            if host.ready.is_set():
+                log.info("shutting down: no new connections; the running generation gets "
+                         "%.0f s", host.shutdown_grace_s)
+            else:
+                log.warning("shutting down once the engine has finished loading (a load "
+                            "cannot be interrupted); a second signal exits at once")
+            host.request_shutdown()
+            stop.set()  # hypercorn closes the listener now (step 1)
 
-                    nursery.start_soon(second_signal)
-                    await state.host.begin_shutdown()
-                    nursery.cancel_scope.cancel()
 
-    await serve(app, config, shutdown_trigger=shutdown_trigger)
-    return exit_code
+async def _stop_on_load_failure(host: EngineHost, stop: trio.Event,
+                                load_failed: trio.Event) -> None:
+    await host.ready.wait()
+    if host.load_error is not None:
+        load_failed.set()
+        stop.set()

@@ -8,29 +8,27 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Callable
+from typing import Any
 
+import trio
 from quart_trio import QuartTrio
 
-from waste.adapters.engine_host import EngineHost
+from waste.adapters.engine_host import EngineHost, EngineLoader
+from waste.adapters.fake import FakeEngine
+from waste.adapters.fake_script import load_script
 from waste.adapters.http.config import HttpConfig
 from waste.adapters.http.routes import register
 from waste.adapters.http.state import ServerState
 from waste.app import hypercorn_fix
-from waste.app.settings import Settings
+from waste.app.settings import Settings, load_settings
 
 log = logging.getLogger("waste")
 hypercorn_fix.apply()
-
-EngineLoader = Callable[[], tuple[Any, Any]]
 
 
 def engine_loader(settings: Settings) -> EngineLoader:
     """The loader ``settings`` asks for: the scripted fake, or libwaste on a container."""
     if settings.fake_engine is not None:
-        from waste.adapters.fake import FakeEngine
-        from waste.adapters.fake_script import load_script
-
         script = load_script(settings.fake_engine)  # a bad script fails at startup
 
         def open_fake():
@@ -40,6 +38,8 @@ def engine_loader(settings: Settings) -> EngineLoader:
         return open_fake
 
     def open_native():
+        # Imported here, not at the top: the cffi extension exists only once libwaste is
+        # built, and the fake engine must serve without it.
         from waste.adapters.native import open_native
 
         return open_native(settings.model, settings)
@@ -65,55 +65,36 @@ def create_app(engine: Any, settings: Settings) -> QuartTrio:
         model_id=settings.served_model_id, api_key=settings.api_key,
         max_tokens=settings.max_tokens, thinking_default=settings.thinking,
         allow_local_images=settings.allow_local_images, vision=settings.vision,
-        cors_origins=settings.cors_origins, fake_engine=settings.fake_engine is not None)
-    host = EngineHost(loader=loader, max_queue=settings.max_queue)
+        cors_origins=settings.cors_origins, fake_engine=settings.fake_engine is not None,
+        keepalive_s=settings.keepalive_s, body_timeout_s=settings.body_timeout_s)
+    host = EngineHost(loader=loader, max_queue=settings.max_queue,
+                      shutdown_grace_s=settings.shutdown_grace_s)
     state = ServerState(config=config, host=host)
+    host.on_open = state.resolve_chat_format
     app = QuartTrio("waste")
     app.config["RESPONSE_TIMEOUT"] = None  # long generations must not be cut at 60 s
     app.config["MAX_CONTENT_LENGTH"] = config.max_body_bytes
-    app.config["BODY_TIMEOUT"] = 60
-    app.config["BACKGROUND_TASK_SHUTDOWN_TIMEOUT"] = 15
+    app.config["BODY_TIMEOUT"] = settings.body_timeout_s
+    app.config["BACKGROUND_TASK_SHUTDOWN_TIMEOUT"] = settings.shutdown_grace_s + 5
     app.config["JSON_SORT_KEYS"] = False
     app.extensions["waste"] = state
     register(app, state)
 
     @app.before_serving
     async def start_engine() -> None:
-        await app.nursery.start(_run_host, state)
+        await app.nursery.start(host.run)
 
     @app.after_serving
     async def stop_engine() -> None:
-        await host.begin_shutdown()
-        host.close()
+        # Shielded: a load still in progress is waited for, past the lifecycle's deadline.
+        with trio.CancelScope(shield=True):
+            await host.aclose()
 
     return app
 
 
-async def _run_host(state: ServerState, *, task_status) -> None:
-    host = state.host
-    task_status.started()
-
-    async def loaded_hook() -> None:
-        await host.ready.wait()
-        if host.loaded:
-            state.on_loaded()
-            sel = state.selection
-            log.info("engine ready; chat format: %s", sel.kind or f"none ({sel.error})")
-            if sel.kind == "chat.json" and sel.chat_format.always_open and not state.config.thinking_default:
-                log.warning("warning: this chat format always opens its reasoning channel; "
-                            "--no-thinking does not apply")
-
-    import trio
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(loaded_hook)
-        await host.run()
-
-
 def app_from_environment() -> QuartTrio:
     """The ``waste.app:app`` object for ``hypercorn waste.app:app`` (WASTE_* variables)."""
-    from waste.app.settings import load_settings
-
     settings = load_settings(None, os.environ, asgi=True)
     if not settings.api_key:
         log.warning("warning: no API key is set (WASTE_API_KEY); anyone who can reach the "

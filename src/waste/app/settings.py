@@ -44,6 +44,10 @@ class Settings:
     fake_engine: str | None = None
     plan: bool = False
     version: bool = False
+    # Fixed by http.md rather than flags; settings so tests can serve with short ones.
+    keepalive_s: float = 10.0  # §4.3: an SSE comment after this long with nothing written
+    body_timeout_s: float = 60.0  # §5: a body incomplete after this long is 408
+    shutdown_grace_s: float = 10.0  # §6: the running generation's time at shutdown
 
     @property
     def served_model_id(self) -> str:

@@ -1,8 +1,8 @@
 """The Engine port: everything the server needs from an inference engine, and nothing more.
 
 Adapters implement it: ``waste.adapters.fake.FakeEngine`` (scripted, for tests and client
-developers) and ``waste.adapters.native.NativeEngine`` (libwaste through cffi). Every call is
-blocking and none is thread-safe: the server calls them from one worker thread, one at a time.
+developers) and ``waste.adapters.native.NativeEngine`` (libwaste through cffi). Which calls
+block, which may run from any thread, and what each raises is stated per method below.
 Engine failures are ``EngineError`` values defined here, beside the port.
 """
 
@@ -18,6 +18,8 @@ STATUS_NAMES = {
     -6: "E_UNSUPPORTED", -7: "E_CANCELLED", -8: "E_BUSY", -9: "E_STATE", -10: "E_SPACE",
     -11: "E_CTX",
 }
+E_CANCELLED = -7
+E_UNSUPPORTED = -6
 
 
 class EngineError(Exception):
@@ -127,12 +129,17 @@ class Vocabulary(Protocol):
     """The slice of a tokenizer that chat-format resolution needs."""
 
     def tokenize_markup(self, text: str) -> list[int]:
-        """Token ids of ``text`` with special tokens recognised anywhere, longest match first."""
+        """Token ids of ``text`` with special tokens recognised anywhere, longest match first.
+
+        Blocking. Raises EngineError: E_UNSUPPORTED when the container has no tokenizer
+        (its only cause here), E_ARG on text that is not valid UTF-8, E_BUSY when another
+        call runs on the same context, E_STATE once closed.
+        """
         ...
 
     @property
     def n_base_vocab(self) -> int:
-        """Ids at or above this are special tokens."""
+        """Ids at or above this are special tokens. Quick, any thread; never raises."""
         ...
 
 
@@ -140,49 +147,64 @@ class Tokenizer(Vocabulary, Protocol):
     """Tokenization without generation: what prompt building and /tokenize use.
 
     The native adapter backs it with a second, tokenizer-only context so it answers while
-    the engine generates. Raises EngineError (E_UNSUPPORTED when the container has no
-    tokenizer, E_ARG for ids outside the vocabulary).
+    the engine generates; the fake is its own tokenizer. Every call is blocking: the host
+    makes them in a worker thread, one at a time (its tokenizer limiter). Cancellation
+    cannot interrupt a call; a cancelled caller waits for it to return.
     """
-
-    def tokenize(self, text: str) -> list[int]:
-        """Plain tokenization: special texts are never recognised; every id < n_base_vocab."""
-        ...
-
-    def detokenize(self, ids: Sequence[int]) -> bytes:
-        """Raw bytes of ``ids``, specials written as their text."""
-        ...
-
-
-class Engine(Vocabulary, Protocol):
-    """An inference engine holding one model and one conversation state.
-
-    Blocking and not thread-safe: the host serialises every call on one worker thread.
-    Cancellation: the only way to interrupt work is ``generate``'s callback returning True
-    (checked between tokens); no call is interruptible from outside, so an adapter running
-    this in a thread returns stop from the callback when its caller is cancelled.
-    """
-
-    def model_info(self) -> ModelInfo:
-        """The loaded model's shape. Never raises."""
-        ...
-
-    def chat_template(self) -> str | None:
-        """The container's chat.json text, or None when it has none. Raises EngineError (E_IO)."""
-        ...
 
     def tokenize(self, text: str) -> list[int]:
         """Plain tokenization: special texts are never recognised; every id < n_base_vocab.
 
-        Raises EngineError (E_UNSUPPORTED when the container has no tokenizer).
+        Raises EngineError: E_UNSUPPORTED (no tokenizer), E_ARG (invalid UTF-8), E_BUSY,
+        E_STATE (closed).
         """
         ...
 
     def detokenize(self, ids: Sequence[int]) -> bytes:
-        """Raw bytes of ``ids``, specials written as their text. Raises EngineError (E_ARG)."""
+        """Raw bytes of ``ids``, specials written as their text.
+
+        Raises EngineError: E_ARG (an id outside the vocabulary), E_UNSUPPORTED (no
+        tokenizer), E_BUSY, E_STATE (closed).
+        """
+        ...
+
+    def close(self) -> None:
+        """Release the context. Idempotent; never raises."""
+        ...
+
+
+class Engine(Tokenizer, Protocol):
+    """An inference engine holding one model and one conversation state.
+
+    Threads (engine.md §2, host contract): ``model_info``, ``n_base_vocab``, ``statistics``
+    and ``abort`` are quick and safe from any thread at any time, also during ``generate``.
+    Every other call is blocking and the context is not thread-safe: the host makes those
+    calls from its engine worker, in a thread, one at a time (a concurrent call raises
+    E_BUSY). Inside ``on_token`` only ``statistics`` and ``abort`` may be called.
+
+    Cancellation: a Trio cancellation never interrupts a call (the host's threads are not
+    abandoned, so nothing outlives the engine). Work stops early only through ``generate``'s
+    callback returning True (at the next token) or ``abort`` (at the next token or prefill
+    chunk).
+    """
+
+    def model_info(self) -> ModelInfo:
+        """The loaded model's shape, read once at open. Quick, any thread; never raises."""
+        ...
+
+    def chat_template(self) -> str | None:
+        """The container's chat.json text, or None when it has none.
+
+        Blocking (reads a file). Raises EngineError: E_IO (unreadable), E_FORMAT (not UTF-8).
+        """
         ...
 
     def reset(self) -> None:
-        """Back to position 0: recurrent state, KV, image queue and poison cleared. Never raises."""
+        """Back to position 0: recurrent state, KV, image queue, abort flag and poison cleared.
+
+        Blocking but quick. Raises EngineError: E_BUSY when another call is running on this
+        context, E_STATE once closed.
+        """
         ...
 
     def generate(
@@ -191,30 +213,57 @@ class Engine(Vocabulary, Protocol):
         """Prefill ``prompt`` then sample until a stop id, ``max_tokens``, a full context, or
         ``on_token`` returning True (``stop_reason`` ``callback``).
 
-        Raises EngineError: E_CTX when the prompt does not fit (nothing evaluated), E_IO /
-        E_FORMAT / E_NOMEM / E_BUDGET on failure (the state is then poisoned until ``reset``).
-        An exception raised by ``on_token`` stops generation and is re-raised from here.
+        Blocking. Raises EngineError: E_ARG (empty prompt, bad id or parameter), E_CTX when
+        the prompt does not fit (nothing evaluated), E_CANCELLED after ``abort`` (the state
+        stays consistent), E_IO / E_FORMAT / E_NOMEM / E_BUDGET on failure (the state is then
+        poisoned until ``reset``), E_BUSY, E_STATE (poisoned or closed). An exception raised
+        by ``on_token`` stops generation and is re-raised from here.
+        """
+        ...
+
+    def abort(self) -> None:
+        """Ask the running call to stop at its next token or prefill chunk (E_CANCELLED).
+
+        Quick, any thread, any time; never raises. The flag is sticky until a call honours
+        it or ``reset`` clears it, so the host resets before every generation.
         """
         ...
 
     def add_image(self, rgb: bytes, width: int, height: int) -> int:
         """Queue an RGB8 image; returns how many positions its placeholder expands into.
 
-        Raises EngineError (E_UNSUPPORTED without a vision tower, E_ARG on bad pixels).
+        Blocking. Raises EngineError: E_UNSUPPORTED without a vision tower, E_ARG on bad
+        pixels, E_BUSY, E_STATE.
         """
         ...
 
     def expand_images(self, ids: Sequence[int]) -> list[int]:
         """Replace each media placeholder id with its positions, in queue order.
 
-        Raises EngineError (E_ARG when the placeholder count differs from the queue).
+        Blocking. Raises EngineError: E_ARG when the placeholder count differs from the
+        queue, E_BUSY, E_STATE.
         """
         ...
 
     def statistics(self) -> EngineStats:
-        """Cumulative statistics since open. Safe from any thread; never raises."""
+        """Cumulative statistics since open (after close: the final values).
+
+        Quick, any thread, also during ``generate``. Raises EngineError only when the engine
+        cannot read its own counters (libwaste's get_stats failing).
+        """
+        ...
+
+    def save_usage(self) -> None:
+        """Write the expert hotlist where the engine was opened to keep it (``--usage``);
+        does nothing when it was opened without one.
+
+        Blocking. Raises EngineError: E_IO (the file cannot be written), E_BUSY, E_STATE.
+        """
         ...
 
     def close(self) -> None:
-        """Release the model. Idempotent."""
+        """Abort a running call, wait for it, then release the model. Idempotent.
+
+        Blocking. Raises EngineError: E_BUSY when called from inside ``on_token``.
+        """
         ...

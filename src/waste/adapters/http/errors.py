@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import attrs
 
-from waste.adapters.engine_host import EngineLoading, QueueFull, ShuttingDown
+from waste.adapters.engine_host import EngineLoadFailed, EngineLoading, QueueFull, ShuttingDown
 from waste.domain.engine import EngineError
 from waste.domain.errors import (ChatFormatError, ContextLengthExceeded, InvalidRequest,
                                  KimiToolError, XTMLError)
@@ -39,6 +39,7 @@ _TABLE: list[tuple[type, int, str, str | None, tuple[tuple[str, str], ...]]] = [
     (NoChatFormat, 400, INVALID, "unsupported_chat_format", ()),
     (ContextLengthExceeded, 400, INVALID, "context_length_exceeded", ()),
     (EngineError, 500, "engine_error", "engine_error", ()),
+    (EngineLoadFailed, 500, "engine_error", "engine_error", ()),
     (EngineLoading, 503, UNAVAILABLE, "engine_loading", (("Retry-After", "5"),)),
     (QueueFull, 503, UNAVAILABLE, "queue_full", (("Retry-After", "30"),)),
     (ShuttingDown, 503, UNAVAILABLE, "shutting_down", (("Retry-After", "5"),)),
@@ -70,6 +71,11 @@ def to_api_error(exc: BaseException) -> ApiError:
 def _engine_message(exc: BaseException) -> str | None:
     if isinstance(exc, EngineError):
         return f"The engine failed ({exc.status_name}): {exc.detail}"
+    if isinstance(exc, EngineLoadFailed):
+        cause = exc.cause
+        why = f"{cause.status_name}: {cause.detail}" if isinstance(cause, EngineError) else str(cause)
+        return f"The engine failed to load ({why}); this server cannot generate. Fix the " \
+               "container or the flags and restart it."
     return None
 
 

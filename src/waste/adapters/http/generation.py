@@ -1,15 +1,18 @@
-"""The two completion routes: validate, plan, queue, and answer blocking or as SSE.
+"""The two completion routes: validate, plan, admit, and answer blocking or as SSE.
 
-Engine work for a stream is submitted from inside the body generator (stack-notes pitfall
-4), so a client that leaves before the stream starts never queues anything; leaving later
-cancels the job, which the worker sees at the next token.
+Admission happens once, in the route, before any header (http.md §2.1 step 10), so every
+refusal is plain JSON. The admitted job's place is then held until the HTTP exchange ends:
+the body generator leaves the queue when it finishes or is closed, and ``exchange.hold``
+covers a body that never started (stack-notes pitfall 4: it would run no ``finally``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import secrets
 import time
+from typing import AsyncIterator, Callable
 
 import trio
 from quart import Response, request
@@ -17,6 +20,7 @@ from quart import Response, request
 from waste.adapters.engine_host import (DecodedImage, Failed, Finished, Job, Released,
                                         Started)
 from waste.adapters.http.errors import envelope, to_api_error
+from waste.adapters.http.exchange import hold
 from waste.adapters.http.state import ServerState
 from waste.adapters.http.wire import (SSE_KEEPALIVE, ChatChunks, CompletionChunks,
                                       chat_response, completion_response, dumps, new_id, sse,
@@ -24,11 +28,9 @@ from waste.adapters.http.wire import (SSE_KEEPALIVE, ChatChunks, CompletionChunk
 from waste.adapters.images import decode_images
 from waste.domain.completion import ReplyAssembler, TextReader
 from waste.domain.engine import SamplingParams
-from waste.domain.errors import ContextLengthExceeded
+from waste.domain.errors import ContextLengthExceeded, InvalidRequest
 from waste.domain.prompting import check_chat_capabilities, plan_chat, require_chat_format
 from waste.domain.requests import parse_chat_request, parse_completion_request, parse_json_body
-
-KEEPALIVE_S = 10.0
 
 
 async def read_json_body() -> dict:
@@ -69,10 +71,10 @@ async def completions(state: ServerState) -> Response:
     body = await read_json_body()
     info = state.require_loaded()
     req = parse_completion_request(body)
+    state.require_tokenizer("prompt")
     tokenizer = state.host.tokenizer
     prompt = await state.call_tokenizer(tokenizer.tokenize, req.prompt)
     if not prompt:
-        from waste.domain.errors import InvalidRequest
         raise InvalidRequest("prompt must not be empty", "prompt", "invalid_value")
     stop_ids = {info.eos_id} if info.eos_id is not None else set()
     if state.selection is not None and state.selection.kind == "xtml":
@@ -90,14 +92,15 @@ async def completions(state: ServerState) -> Response:
 async def _answer(state: ServerState, job: Job, req, id_prefix: str, chunks_type,
                   build_response) -> Response:
     """Admission (http.md §2.1 step 10), then a stream or a blocking answer."""
-    state.host.check_admission()
+    events = state.host.admit(job)  # decided once; the place is held from here on
+    hold(functools.partial(state.host.leave, job))
     ident = new_id(id_prefix)
     created = int(time.time())
     if req.stream:
         chunks = chunks_type(id=ident, created=created, model=state.config.model_id,
                              include_usage=req.include_usage, logprobs=req.logprobs)
-        return _stream(state, job, chunks, ident)
-    return await _blocking(state, job, ident, created, req.logprobs, build_response)
+        return _stream(state, job, events, chunks, ident)
+    return await _blocking(state, job, events, ident, created, req.logprobs, build_response)
 
 
 def _account(state: ServerState, job: Job, done: Finished, queue_ms: float) -> tuple[dict, dict]:
@@ -119,10 +122,10 @@ def _account(state: ServerState, job: Job, done: Finished, queue_ms: float) -> t
     return usage_body, waste
 
 
-async def _blocking(state: ServerState, job: Job, ident: str, created: int, logprobs: bool,
-                    build) -> Response:
+async def _blocking(state: ServerState, job: Job, events, ident: str, created: int,
+                    logprobs: bool, build) -> Response:
     queue_ms = 0.0
-    with state.host.open_job(job) as events:
+    try:
         async for event in events:
             if isinstance(event, Started):
                 queue_ms = event.queue_ms
@@ -138,48 +141,73 @@ async def _blocking(state: ServerState, job: Job, ident: str, created: int, logp
                              usage_body=usage_body, waste=waste, logprobs=logprobs)
                 return Response(dumps(body), 200, {"x-request-id": ident},
                                 content_type="application/json")
+    finally:
+        state.host.leave(job)
     raise RuntimeError("the engine worker ended without an answer")
 
 
-def _stream(state: ServerState, job: Job, chunks, ident: str) -> Response:
+def _stream(state: ServerState, job: Job, events, chunks, ident: str) -> Response:
+    render = functools.partial(_render_event, state, job, chunks, {"queue_ms": 0.0})
+
     async def body():
-        first = chunks.first()
-        if first:
-            yield first
-        timing = {"queue_ms": 0.0}
         try:
-            with state.host.open_job(job) as events:
-                while True:
-                    # Never yield inside a cancel scope: the consumer would run under it.
-                    event = None
-                    with trio.move_on_after(KEEPALIVE_S):
-                        event = await events.receive()
-                    if event is None:
-                        yield SSE_KEEPALIVE
-                        continue
-                    text, done = _render_event(state, job, chunks, event, timing)
-                    while not done:  # batch whatever else is already queued
-                        try:
-                            more = events.receive_nowait()
-                        except trio.WouldBlock:
-                            break
-                        extra, done = _render_event(state, job, chunks, more, timing)
-                        text += extra
-                    if text:
-                        yield text
-                    if done:
-                        return
-        except Exception as exc:  # a late error is one SSE event, then the stream ends
-            yield sse(envelope(to_api_error(exc)))
+            writes = sse_writes(events, render, keepalive_s=state.config.keepalive_s,
+                                first=chunks.first())
+            async with contextlib.aclosing(writes):
+                async for text in writes:
+                    yield text
+        finally:
+            state.host.leave(job)
 
     response = Response(body(), 200, {
         "Content-Type": "text/event-stream", "Cache-Control": "no-cache",
         "X-Accel-Buffering": "no", "x-request-id": ident})
-    response.timeout = None  # Quart's 60 s RESPONSE_TIMEOUT would cut long generations
+    response.timeout = None  # Quart's RESPONSE_TIMEOUT would cut long generations
     return response
 
 
-def _render_event(state, job, chunks, event, timing: dict) -> tuple[str, bool]:
+async def sse_writes(events: trio.MemoryReceiveChannel,
+                     render: Callable[[object], tuple[str, bool]], *, keepalive_s: float,
+                     first: str = "") -> AsyncIterator[str]:
+    """What one stream writes: ``first``, then each batch of rendered events, until an event
+    renders as done; a late error becomes one SSE event (http.md §4.3).
+
+    A ``: keep-alive`` comment goes out whenever ``keepalive_s`` pass with nothing written,
+    measured from the last write: events that write nothing (the job leaving the queue)
+    do not restart the interval.
+    """
+    try:
+        if first:
+            yield first
+        deadline = trio.current_time() + keepalive_s
+        while True:
+            # Never yield inside a cancel scope: the consumer would run under it.
+            event = None
+            with trio.move_on_at(deadline):
+                event = await events.receive()
+            if event is None:
+                yield SSE_KEEPALIVE
+                deadline = trio.current_time() + keepalive_s
+                continue
+            text, done = render(event)
+            while not done:  # batch whatever else is already queued
+                try:
+                    more = events.receive_nowait()
+                except trio.WouldBlock:
+                    break
+                extra, done = render(more)
+                text += extra
+            if text:
+                yield text
+                deadline = trio.current_time() + keepalive_s
+            if done:
+                return
+    except Exception as exc:  # a late error is one SSE event, then the stream ends
+        yield sse(envelope(to_api_error(exc)))
+
+
+def _render_event(state, job, chunks, timing: dict, event) -> tuple[str, bool]:
+    """One event as stream text, and whether the stream ends with it."""
     if isinstance(event, Started):
         timing["queue_ms"] = event.queue_ms
         return "", False

@@ -10,10 +10,12 @@ import hmac
 import time
 
 from quart import Response, request
-from werkzeug.exceptions import HTTPException, MethodNotAllowed
+from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound
 
+import waste
 from waste.adapters.http import generation
 from waste.adapters.http.errors import ApiError, envelope, to_api_error
+from waste.adapters.http.exchange import release_when_exchange_ends
 from waste.adapters.http.state import ServerState
 from waste.adapters.http.wire import dumps, new_id
 from waste.domain.errors import InvalidRequest
@@ -39,6 +41,7 @@ def error_response(err: ApiError) -> Response:
 def register(app, state: ServerState) -> None:
     config = state.config
     cors = bool(config.cors_origins)
+    app.asgi_app = release_when_exchange_ends(app.asgi_app)
     routes = [
         ("/health", ["GET"], _health),
         ("/v1/models", ["GET"], _models),
@@ -68,7 +71,7 @@ def register(app, state: ServerState) -> None:
 
     @app.errorhandler(HTTPException)
     async def http_error(err: HTTPException):
-        return error_response(_from_werkzeug(err))
+        return error_response(_from_werkzeug(err, config.body_timeout_s))
 
     @app.errorhandler(Exception)
     async def any_error(err: Exception):
@@ -86,7 +89,7 @@ def _bind(view, state):
     return bound
 
 
-def _from_werkzeug(err: HTTPException) -> ApiError:
+def _from_werkzeug(err: HTTPException, body_timeout_s: float) -> ApiError:
     code = err.code or 500
     if code == 404:
         return ApiError(404, "unknown_route", f"No route {request.path}.", "not_found_error")
@@ -97,8 +100,8 @@ def _from_werkzeug(err: HTTPException) -> ApiError:
     if code == 413:
         return ApiError(413, "request_too_large", "Request body is over 64 MiB.", headers=_CLOSE)
     if code == 408:
-        return ApiError(408, "request_timeout", "The request body did not arrive within 60 s.",
-                        headers=_CLOSE)
+        return ApiError(408, "request_timeout", f"The request body did not arrive within "
+                        f"{body_timeout_s:g} s.", headers=_CLOSE)
     if code == 400:
         return ApiError(400, "invalid_json", "The request body must be a JSON object.")
     return ApiError(code, "http_error", err.description or "HTTP error")
@@ -106,6 +109,10 @@ def _from_werkzeug(err: HTTPException) -> ApiError:
 
 def _guards(state: ServerState):
     """http.md §2.1 steps 1–3, run before any view."""
+    if "//" in request.scope["path"]:
+        # Paths match exactly (http.md §1). werkzeug would strip leading slashes and merge
+        # (or redirect) the others; no route has an empty segment.
+        raise NotFound()
     if request.routing_exception is not None:
         raise request.routing_exception
     config = state.config
@@ -125,13 +132,21 @@ def _guards(state: ServerState):
     return None
 
 
+def _raw_header(name: bytes) -> bytes | None:
+    # The bytes as sent: Quart's str headers are latin-1 decoded, which a UTF-8 key is not.
+    for key, value in request.scope["headers"]:
+        if key.lower() == name:
+            return value
+    return None
+
+
 def _check_key(key: str) -> None:
-    given = request.headers.get("x-api-key")
-    auth = request.headers.get("Authorization", "")
-    scheme, _, token = auth.partition(" ")
-    if scheme.lower() == "bearer":
+    """http.md §8: Bearer (scheme in any case) or x-api-key, compared over UTF-8 bytes."""
+    given = _raw_header(b"x-api-key")
+    scheme, _, token = (_raw_header(b"authorization") or b"").partition(b" ")
+    if scheme.lower() == b"bearer":
         given = token.strip()
-    if given is None or not hmac.compare_digest(given.encode("utf-8"), key.encode("utf-8")):
+    if given is None or not hmac.compare_digest(given, key.encode("utf-8")):
         raise ApiError(401, "invalid_api_key", "Missing or wrong API key (send Authorization: "
                        "Bearer <key>).", "authentication_error", headers=_CLOSE)
 
@@ -145,7 +160,8 @@ def _preflight(state: ServerState) -> Response:
 
 
 def _after(state: ServerState, response: Response) -> Response:
-    rule = request.url_rule.rule if request.url_rule is not None else "other"
+    exact = request.url_rule is not None and "//" not in request.scope["path"]
+    rule = request.url_rule.rule if exact else "other"
     state.metrics.count_request(rule, response.status_code)
     if request.path in COMPLETION_ROUTES and "x-request-id" not in response.headers:
         response.headers["x-request-id"] = new_id("req-")
@@ -164,6 +180,9 @@ async def _health(state: ServerState) -> Response:
     if host.load_error is not None:
         return json_response({"status": "failed", "model": state.config.model_id,
                               "engine": None, "error": str(host.load_error)}, 503)
+    if host.shutting_down:
+        return json_response({"status": "shutting_down", "model": state.config.model_id,
+                              "engine": None}, 503, {"Retry-After": "5"})
     if state.info is None:
         return json_response({"status": "loading", "model": state.config.model_id,
                               "engine": None}, 503, {"Retry-After": "5"})
@@ -222,7 +241,7 @@ async def _metrics(state: ServerState) -> Response:
     host = state.host
     stats = host.engine.statistics() if host.loaded else None
     fmt = state.selection.kind if state.selection and state.selection.kind else "none"
-    info = {"model": state.config.model_id, "version": __import__("waste").__version__,
+    info = {"model": state.config.model_id, "version": waste.__version__,
             "chat_format": fmt}
     text = state.metrics.render(cancelled=host.requests_cancelled, queue_depth=host.queue_depth,
                                 running=int(host.running is not None), stats=stats, info=info)
@@ -249,6 +268,7 @@ async def _tokenize(state: ServerState) -> Response:
     add_special = _bool_field(body, "add_special")
     parse_special = _bool_field(body, "parse_special")
     with_pieces = _bool_field(body, "with_pieces")
+    state.require_tokenizer("content")
     tok = state.host.tokenizer
     ids = await state.call_tokenizer(tok.tokenize_markup if parse_special else tok.tokenize, content)
     if add_special and info.bos_id is not None:
@@ -280,6 +300,7 @@ async def _detokenize(state: ServerState) -> Response:
         if not 0 <= token < info.vocab:
             raise InvalidRequest(f"tokens[{i}] = {token} is outside [0, {info.vocab})",
                                  f"tokens[{i}]", "invalid_value")
+    state.require_tokenizer("tokens")
     raw = await state.call_tokenizer(state.host.tokenizer.detokenize, tokens)
     return json_response({"content": raw.decode("utf-8", errors="replace")})
 

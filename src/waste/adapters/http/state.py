@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import logging
 import time
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import attrs
 import trio
 
-from waste.adapters.engine_host import EngineHost, EngineLoading
+from waste.adapters.engine_host import EngineHost, EngineLoadFailed, EngineLoading, ShuttingDown
 from waste.adapters.http.config import HttpConfig
 from waste.adapters.metrics import Metrics
 from waste.domain.chatfmt import ChatFormatSelection, select_chat_format
-from waste.domain.engine import ModelInfo
+from waste.domain.engine import E_UNSUPPORTED, EngineError, ModelInfo
+from waste.domain.errors import InvalidRequest
 from waste.domain.segments import Segment
+
+log = logging.getLogger("waste")
 
 
 @attrs.define(eq=False)
@@ -25,26 +29,57 @@ class ServerState:
     selection: ChatFormatSelection | None = None
     info: ModelInfo | None = None
     completed_requests: int = 0
+    # Why the container cannot tokenize (it was converted without tokenizer files), or None.
+    no_tokenizer: str | None = None
 
-    def on_loaded(self) -> None:
-        """Resolve the chat format once the engine is open (never raises: held errors)."""
+    async def resolve_chat_format(self) -> None:
+        """Choose the chat format once the engine is open; a container without a usable one
+        is a held error, not a failure. Every blocking call runs in a worker thread."""
         engine, tokenizer = self.host.engine, self.host.tokenizer
-        self.info = engine.model_info()
+        info = engine.model_info()
         try:
-            template = engine.chat_template()
-        except Exception as exc:  # an unreadable chat.json is a held error, not a crash
-            self.selection = ChatFormatSelection(kind=None, error=f"chat.json unreadable: {exc}")
-            return
-        self.selection = select_chat_format(
-            tokenizer, template, image_placeholder_id=self.info.media_placeholder_id)
+            template = await self.host.call_engine(engine.chat_template)
+        except EngineError as exc:  # an unreadable chat.json is a held error, not a crash
+            selection = ChatFormatSelection(kind=None, error=f"chat.json unreadable: {exc}")
+        else:
+            try:
+                selection = await self.call_tokenizer(
+                    lambda: select_chat_format(tokenizer, template,
+                                               image_placeholder_id=info.media_placeholder_id))
+            except EngineError as exc:
+                if exc.status != E_UNSUPPORTED:
+                    raise
+                self.no_tokenizer = f"the container has no tokenizer ({exc.detail})"
+                selection = ChatFormatSelection(kind=None, error=(
+                    f"No usable chat format: {self.no_tokenizer}, so neither the XTML markers "
+                    "nor a chat.json can be tokenized"))
+        self.selection = selection
+        self.info = info  # last: /health says "ok" once everything above is known
+        self._log_format()
+
+    def _log_format(self) -> None:
+        sel = self.selection
+        log.info("engine ready; chat format: %s", sel.kind or f"none ({sel.error})")
+        if sel.kind == "chat.json" and sel.chat_format.always_open and not self.config.thinking_default:
+            log.warning("warning: this chat format always opens its reasoning channel; "
+                        "--no-thinking does not apply")
 
     def require_loaded(self) -> ModelInfo:
+        """http.md §2.1 step 5: the model, or why there is none."""
+        if self.host.load_error is not None:
+            raise EngineLoadFailed(self.host.load_error)
         if self.shutting_down:
-            from waste.adapters.engine_host import ShuttingDown
             raise ShuttingDown()
         if self.info is None or not self.host.loaded:
             raise EngineLoading()
         return self.info
+
+    def require_tokenizer(self, param: str) -> None:
+        """A request that needs text tokenized, on a container without a tokenizer, is a 400."""
+        if self.no_tokenizer is not None:
+            raise InvalidRequest(f"{param} cannot be used: {self.no_tokenizer}, so text "
+                                 "cannot be tokenized or detokenized; convert the checkpoint "
+                                 "with its tokenizer files", param, "invalid_value")
 
     @property
     def shutting_down(self) -> bool:
@@ -60,7 +95,8 @@ class ServerState:
                 ids += tokenizer.tokenize_markup(seg.text) if seg.markup else tokenizer.tokenize(seg.text)
             return ids
 
-        return await trio.to_thread.run_sync(encode, limiter=self.host.tokenizer_limiter)
+        return await self.call_tokenizer(encode)
 
-    async def call_tokenizer(self, fn, *args):
+    async def call_tokenizer(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """One blocking tokenizer call in a worker thread, serialised with the others."""
         return await trio.to_thread.run_sync(fn, *args, limiter=self.host.tokenizer_limiter)

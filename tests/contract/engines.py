@@ -1,0 +1,144 @@
+"""The engines the HTTP contract runs against: the scripted fake, and libwaste on a synthetic
+container (style.md: the same contract test runs against both).
+
+``RecordingEngine`` wraps either adapter. It records what the server asked of the engine
+(prompts, resets, stop reasons, tokens delivered), like the fake's own record, and can pause
+a generation inside its token callback so a test orders events without sleeping.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Any, Callable, Iterator
+
+import attrs
+import trio
+
+from tests.contract.serving import fake, running, state_of
+from waste.app import Settings, engine_loader
+
+ENGINE_KINDS = ("fake", "native")
+WAIT_LIMIT_S = 20.0  # a safety net for a contract that is broken, never a synchronisation
+
+
+@attrs.define
+class Record:
+    prompts: list[list[int]] = attrs.field(factory=list)
+    stop_reasons: list[str] = attrs.field(factory=list)  # or "E_…" when generate raised
+    generated: list[int] = attrs.field(factory=list)  # tokens delivered, per generate call
+    resets: int = 0
+
+
+class RecordingEngine:
+    """An Engine adapter that records what it was asked; every call is the inner engine's."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.record = Record()
+        self._pause_at: int | None = None
+        self.paused = threading.Event()  # set while a generation waits at the pause
+        self.generating = threading.Event()  # set once a generate call has begun
+        self._resume = threading.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def pause_at(self, index: int) -> None:
+        """The next generation waits before delivering token ``index`` until ``resume()``."""
+        self._resume.clear()
+        self.paused.clear()
+        self._pause_at = index
+
+    def resume(self) -> None:
+        self._pause_at = None
+        self._resume.set()
+
+    def reset(self) -> None:
+        self.inner.reset()
+        self.record.resets += 1
+
+    def generate(self, prompt, params, on_token: Callable):
+        self.record.prompts.append(list(prompt))
+        self.record.generated.append(0)
+        self.generating.set()
+
+        def counted(event) -> bool:
+            if self._pause_at is not None and event.index == self._pause_at:
+                self.paused.set()
+                self._resume.wait(WAIT_LIMIT_S)
+            self.record.generated[-1] += 1
+            return on_token(event)
+
+        try:
+            result = self.inner.generate(prompt, params, counted)
+        except Exception as exc:
+            self.record.stop_reasons.append(getattr(exc, "status_name", type(exc).__name__))
+            raise
+        self.record.stop_reasons.append(result.stop_reason)
+        return result
+
+    @property
+    def n_base_vocab(self) -> int:
+        return self.inner.n_base_vocab
+
+    def text(self, ids: list[int]) -> str:
+        """A prompt as text (specials spelled out), to look for what a request sent."""
+        return self.inner.detokenize(ids).decode("utf-8", "replace")
+
+
+@attrs.define
+class Served:
+    """One running server: its URL, app and engine kind."""
+
+    base: str
+    app: Any
+    kind: str
+
+    @property
+    def host(self):
+        return state_of(self.app).host
+
+    @property
+    def engine(self) -> RecordingEngine:
+        """The recording engine the server runs (once it has loaded)."""
+        return self.host.engine
+
+    def wait_for(self, predicate: Callable[[Any], bool]) -> None:
+        """Block until ``predicate(host)`` holds, woken by the host's own state changes."""
+        host = self.host
+
+        async def wait() -> None:
+            with trio.fail_after(WAIT_LIMIT_S):
+                await host.wait_until(predicate)
+
+        trio.from_thread.run(wait, trio_token=host.trio_token)
+
+    def call(self, fn: Callable[[], Any]) -> Any:
+        """Run ``fn`` on the server's Trio thread (to call the host's synchronous methods)."""
+        return trio.from_thread.run_sync(fn, trio_token=self.host.trio_token)
+
+
+# Small caps keep the native engine's answers short; the fake's replies end by themselves.
+NATIVE_SETTINGS = {"ctx": 512, "usage": "", "max_tokens": 16}
+
+
+@contextlib.contextmanager
+def serve(kind: str, request, *, script: dict | None = None, wait_ready: bool = True,
+          **settings: Any) -> Iterator[Served]:
+    """Serve ``kind`` ("fake" with ``script``, or "native" on the session container)."""
+    if kind == "fake":
+        engine = RecordingEngine(fake(script, ctx_tokens=settings.get("ctx", 0)))
+        loader = lambda: (engine, engine.inner)  # noqa: E731
+        config = Settings(fake_engine="builtin", **settings)
+    else:
+        container = request.getfixturevalue("native_container")
+        config = Settings(model=str(container), **{**NATIVE_SETTINGS, **settings})
+        open_native = engine_loader(config)
+
+        def loader():
+            inner, tokenizer = open_native()
+            return RecordingEngine(inner), tokenizer
+
+    with running(loader, config, wait_ready=wait_ready) as (base, app):
+        yield Served(base, app, kind)
