@@ -19,8 +19,18 @@ def run(tokens: list[str], stops: tuple[str, ...]) -> tuple[list[ContentPiece], 
 
 
 def expected(text: str, stops: tuple[str, ...]) -> str:
-    hits = [text.find(s) for s in stops if s and text.find(s) >= 0]
-    return text[: min(hits)] if hits else text
+    """The text a character-by-character stream keeps: cut at the first stop to complete."""
+    for end in range(len(text) + 1):
+        starts = [end - len(s) for s in stops if s and text[:end].endswith(s)]
+        if starts:
+            return text[: min(starts)]
+    return text
+
+
+def test_the_stop_that_completes_first_wins_whatever_the_tokens():
+    for tokens in ([" E", " "], [" E "], [" ", "E", " "]):
+        out, f = run(tokens, ("E", " E "))
+        assert ("".join(p.text for p in out), f.matched) == (" ", "E")
 
 
 def test_split_stop_is_never_leaked():

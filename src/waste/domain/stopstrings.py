@@ -60,12 +60,18 @@ class StopStringFilter:
 
 
 def _earliest_match(text: str, stops: tuple[str, ...]) -> tuple[int, str] | None:
-    best: tuple[int, str] | None = None
+    """(start, stop) of the match that completes first; at the same end, the longer one.
+
+    Ordering by end rather than start makes the cut independent of how the text was split
+    into tokens: it is where a character-by-character stream would first see a whole stop
+    string (" E" then " " with stops "E" and " E " stops at "E", as " E " in one token does).
+    """
+    best: tuple[int, int, str] | None = None
     for stop in stops:
         at = text.find(stop)
-        if at >= 0 and (best is None or at < best[0]):
-            best = (at, stop)
-    return best
+        if at >= 0 and (best is None or (at + len(stop), at) < best[:2]):
+            best = (at + len(stop), at, stop)
+    return None if best is None else (best[1], best[2])
 
 
 def _longest_prefix_tail(text: str, stops: tuple[str, ...]) -> int:
