@@ -97,6 +97,10 @@ def test_cli_serves_and_exits_cleanly_on_sigterm(cli):
         assert body["choices"][0]["message"]["content"] == "Echo: cli"
     server.signal(signal.SIGTERM)
     assert server.proc.wait(20) == 0
+    server.wait_stderr("shutting down")
+    logged = server.read_stderr()
+    # hypercorn logs through our handler: once, in our format (it used to add its own).
+    assert sum("Running on http://" in line for line in logged) == 1, logged
 
 
 def _stream(base: str, body: dict, out: dict, started: threading.Event | None = None) -> None:

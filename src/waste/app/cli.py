@@ -95,6 +95,9 @@ def _hypercorn_config(sock: socket.socket, settings: Settings) -> Config:
     # must not give up on it and crash out of serve(). A second signal still exits at once.
     config.shutdown_timeout = math.inf
     config.accesslog = None
+    # A Logger (not "-") makes hypercorn log through ours instead of adding a second stderr
+    # handler, which printed every line twice in two formats.
+    config.errorlog = logging.getLogger("hypercorn.error")
     return config
 
 
