@@ -106,6 +106,8 @@ static int32_t bind_mat(waste_ctx *ctx, wm_mat *m, const char *name, uint64_t ro
         wu_errf(err, cap, "tensor %s: format %s is not supported by this engine yet", name, wf_name(t->fmt));
         return WASTE_E_UNSUPPORTED;
     }
+    /* Defensive: the manifest check keeps every tensor but the embedding resident. */
+    if (!t->data) { wu_errf(err, cap, "tensor %s: not resident (on_disk is only for embed)", name); return WASTE_E_FORMAT; }
     m->fmt = t->fmt; m->group = t->group; m->rows = (uint32_t)rows; m->cols = (uint32_t)cols;
     m->row_bytes = wf_row_bytes(t->fmt, t->group, cols);
     m->data = t->data;
@@ -115,14 +117,13 @@ static int32_t bind_mat(waste_ctx *ctx, wm_mat *m, const char *name, uint64_t ro
 static int32_t bind_vec(waste_ctx *ctx, const float **v, const char *name, uint64_t n, uint64_t n2, char *err, uint64_t cap) {
     const wc_tensor *t = wc_find(&ctx->c, name);
     if (!t) { wu_errf(err, cap, "manifest.json: missing tensor %s", name); return WASTE_E_FORMAT; }
-    uint64_t total = t->ndim == 2 ? t->shape[0] * t->shape[1] : t->shape[0];
     int ok = n2 ? (t->ndim == 2 && t->shape[0] == n && t->shape[1] == n2) : (t->ndim == 1 && t->shape[0] == n);
     if (!ok || t->fmt != WF_F32) {
         if (n2) wu_errf(err, cap, "manifest.json: tensor %s must be f32 [%llu, %llu]", name, (unsigned long long)n, (unsigned long long)n2);
         else wu_errf(err, cap, "manifest.json: tensor %s must be f32 [%llu]", name, (unsigned long long)n);
         return WASTE_E_FORMAT;
     }
-    (void)total;
+    if (!t->data) { wu_errf(err, cap, "tensor %s: not resident (on_disk is only for embed)", name); return WASTE_E_FORMAT; }
     *v = (const float *)t->data;
     return WASTE_OK;
 }

@@ -1,0 +1,52 @@
+"""Library rules and container refusals added after the issue-4 audit (engine.md §1–§3):
+each test names the rule it proves. ``WASTE_TEST_LIB`` points the module at another build
+(the ASan/UBSan one, see test_sanitizers.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.engine.native import open_ctx, try_open
+
+
+@pytest.fixture(scope="module")
+def lib(libwaste):
+    return Path(os.environ.get("WASTE_TEST_LIB") or libwaste)
+
+
+@pytest.fixture()
+def copy(tiny_f32, tmp_path):
+    """A fresh copy of the tiny f32 container (with tokenizer files)."""
+    dst = tmp_path / "m.waste"
+    shutil.copytree(tiny_f32[1], dst)
+    return dst
+
+
+def edit_manifest(path: Path, fn) -> None:
+    m = json.loads((path / "manifest.json").read_text())
+    fn(m)
+    (path / "manifest.json").write_text(json.dumps(m))
+
+
+def tensor(m, name):
+    return next(t for t in m["tensors"] if t["name"] == name)
+
+
+# ---- engine.md §3: only the input embedding is read from disk ---------------------------
+@pytest.mark.parametrize("name", ["lm_head", "final_norm", "blk.1.moe.router", "blk.0.kda.q_proj"])
+def test_on_disk_is_refused_except_for_the_embedding(lib, copy, name):
+    edit_manifest(copy, lambda m: tensor(m, name).update(on_disk=True))
+    st, detail, ctx = try_open(lib, copy)
+    assert ctx is None
+    assert st == "E_FORMAT" and f"tensor {name}: on_disk" in detail, detail
+
+
+def test_a_resident_embedding_is_fine(lib, copy):
+    edit_manifest(copy, lambda m: tensor(m, "embed").update(on_disk=False))
+    with open_ctx(lib, copy) as c:
+        assert c.eval_status([3, 4, 5]) == ("OK", "")
