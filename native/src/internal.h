@@ -1,6 +1,6 @@
 /* internal.h — shared declarations between libwaste's components (not public).
  *
- * Components: util (crc, fp16, errors, clocks), json (bounded parser), container
+ * Components: util (crc, fp16, errors, clocks), numerics (exp, log), json (bounded parser), container
  * (manifest, trunk, banks, records), kernels (dot products + dispatch), pool (fork-join
  * threads), model (forward pass), sampler, api (the public functions in waste.h).
  */
@@ -38,6 +38,12 @@ uint32_t wu_read_u32le(const uint8_t *p);
 void wu_write_u64le(uint8_t *p, uint64_t v);
 void wu_write_u32le(uint8_t *p, uint32_t v);
 void *wu_aligned_alloc(uint64_t align, uint64_t size); /* zeroed; free with free() */
+
+/* ---- numerics.c: the engine's own transcendentals (engine.md §4.3) --------------- */
+double wn_exp(double x);
+double wn_log(double x);
+float wn_expf(float x);   /* (float)wn_exp(x) */
+float wn_logf(float x);
 
 /* ---- json.c: a small bounded DOM parser for untrusted manifests ----------------- */
 typedef enum { WJ_NULL = 0, WJ_BOOL, WJ_NUM, WJ_STR, WJ_ARR, WJ_OBJ } wj_type;

@@ -273,7 +273,7 @@ int32_t wm_alloc_state(waste_ctx *ctx, uint64_t *bytes, char *err, uint64_t cap)
     ctx->acc = counted((uint64_t)chunk * c->hidden, sizeof(float), &sum);
     ctx->scores = counted(T, sizeof(float), &sum);
     ctx->logits = counted(c->vocab, sizeof(float), &sum);
-    ctx->sample_pairs = counted(c->vocab, 8, &sum);   /* struct ws_pair is {float, int32_t} */
+    ctx->sample_pairs = counted(c->vocab, 8, &sum);
     ctx->sel = counted((uint64_t)chunk * MAX(c->top_k, 1), sizeof(int32_t), &sum);
     ctx->selw = counted((uint64_t)chunk * MAX(c->top_k, 1), sizeof(float), &sum);
     ctx->expert_used = counted(MAX(c->n_experts, 1), 1, &sum);
@@ -316,7 +316,10 @@ void wm_reset_state(waste_ctx *ctx) {
 }
 
 /* ==== math helpers (f32) =========================================================== */
-static float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
+/* Transcendentals are the engine's own (numerics.c); sqrtf is IEEE-exact and stays libm's. */
+static float sigmoidf_(float x) { return 1.0f / (1.0f + wn_expf(-x)); }
+/* softplus(a) = log(1 + e^a) in f32, as the reference computes it; a > 20 passes through (§4.1). */
+static float softplusf_(float a) { return a > 20.0f ? a : wn_logf(1.0f + wn_expf(a)); }
 static float siluf_(float x) { return x * sigmoidf_(x); }
 
 /* y = w ⊙ x / sqrt(mean(x²) + eps); x and y may alias. */
@@ -379,8 +382,7 @@ static void kda_step(waste_ctx *ctx, uint32_t l, const float *xn, float *out) {
     matvec(ctx, &L->f_b, fa, g);
     for (uint32_t i = 0; i < hd; i++) {
         float a = g[i] + L->dt_bias[i];
-        float sp = a > 20.0f ? a : logf(1.0f + expf(a));
-        g[i] = -expf(L->a_log[i / d]) * sp;
+        g[i] = -wn_expf(L->a_log[i / d]) * softplusf_(a);
     }
     matvec(ctx, &L->b_proj, xn, beta);
     for (uint32_t h = 0; h < Hk; h++) beta[h] = sigmoidf_(beta[h]);
@@ -391,7 +393,7 @@ static void kda_step(waste_ctx *ctx, uint32_t l, const float *xn, float *out) {
         float *S = ctx->S[l] + (uint64_t)h * d * d;
         const float *kh = k + h * d, *qh = q + h * d, *vh = v + h * d, *gh = g + h * d;
         for (uint32_t i = 0; i < d; i++) {
-            float e = expf(gh[i]);
+            float e = wn_expf(gh[i]);
             for (uint32_t j = 0; j < d; j++) S[i * d + j] *= e;
         }
         for (uint32_t j = 0; j < d; j++) r[j] = 0.0f;
@@ -448,7 +450,7 @@ static void mla_step(waste_ctx *ctx, uint32_t l, const float *xn, uint64_t pos, 
             if (s > mx) mx = s;
         }
         float sum = 0.0f;
-        for (uint64_t t = 0; t <= pos; t++) { ctx->scores[t] = expf(ctx->scores[t] - mx); sum += ctx->scores[t]; }
+        for (uint64_t t = 0; t <= pos; t++) { ctx->scores[t] = wn_expf(ctx->scores[t] - mx); sum += ctx->scores[t]; }
         for (uint32_t j = 0; j < r; j++) ctxc[j] = 0.0f;
         for (uint64_t t = 0; t <= pos; t++) {
             float pt = ctx->scores[t] / sum;

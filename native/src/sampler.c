@@ -46,8 +46,8 @@ int32_t ws_sample(waste_ctx *ctx, const float *logits, uint32_t n, const waste_g
     float mx = logits[0];
     for (uint32_t i = 1; i < n; i++) if (logits[i] > mx) mx = logits[i];
     double z = 0.0;
-    for (uint32_t i = 0; i < n; i++) z += exp((double)(logits[i] - mx));
-    double logz = log(z);
+    for (uint32_t i = 0; i < n; i++) z += wn_exp((double)(logits[i] - mx));
+    double logz = wn_log(z);
     int32_t tok;
     if (p->temperature <= 0.0f) {
         tok = 0;
@@ -60,22 +60,22 @@ int32_t ws_sample(waste_ctx *ctx, const float *logits, uint32_t n, const waste_g
         if (p->top_k > 0 && p->top_k < m) m = p->top_k;
         float vmax = ps[0].v;
         double sum = 0.0;
-        for (uint32_t i = 0; i < m; i++) sum += exp((double)(ps[i].v - vmax));
+        for (uint32_t i = 0; i < m; i++) sum += wn_exp((double)(ps[i].v - vmax));
         if (p->top_p < 1.0f) {
             double cum = 0.0;
             uint32_t keep = m;
             for (uint32_t i = 0; i < m; i++) {
-                cum += exp((double)(ps[i].v - vmax)) / sum;
+                cum += wn_exp((double)(ps[i].v - vmax)) / sum;
                 if (cum >= (double)p->top_p) { keep = i + 1; break; }
             }
             m = keep;
             sum = 0.0;
-            for (uint32_t i = 0; i < m; i++) sum += exp((double)(ps[i].v - vmax));
+            for (uint32_t i = 0; i < m; i++) sum += wn_exp((double)(ps[i].v - vmax));
         }
         double u = ws_uniform(r), cum = 0.0;
         tok = ps[m - 1].id;
         for (uint32_t i = 0; i < m; i++) {
-            cum += exp((double)(ps[i].v - vmax)) / sum;
+            cum += wn_exp((double)(ps[i].v - vmax)) / sum;
             if (cum > u) { tok = ps[i].id; break; }
         }
     }

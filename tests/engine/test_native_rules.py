@@ -50,3 +50,18 @@ def test_a_resident_embedding_is_fine(lib, copy):
     edit_manifest(copy, lambda m: tensor(m, "embed").update(on_disk=False))
     with open_ctx(lib, copy) as c:
         assert c.eval_status([3, 4, 5]) == ("OK", "")
+
+
+# ---- engine.md §4.3: transcendentals are the engine's own -------------------------------
+def test_the_library_imports_no_transcendentals_from_libm(lib):
+    nm = shutil.which("nm")
+    if nm is None:
+        pytest.skip("nm (binutils) is not installed: cannot list libwaste's imports")
+    import subprocess
+
+    out = subprocess.run([nm, "-D", "--undefined-only", str(lib)], capture_output=True, text=True, check=True).stdout
+    imported = {line.split()[-1].split("@")[0] for line in out.splitlines() if line.strip()}
+    libm = {"exp", "expf", "log", "logf", "log1p", "log1pf", "expm1", "expm1f", "tanh", "tanhf", "pow", "powf",
+            "exp2", "exp2f"}
+    assert not imported & libm, f"libwaste imports {sorted(imported & libm)} from libm"
+    # sqrt and fma are IEEE-exact (correctly rounded), so libm's are allowed.
