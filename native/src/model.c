@@ -45,7 +45,7 @@ static void buffer_bytes(const wc_container *c, uint32_t ctx_tokens, uint32_t ch
     *state = (uint64_t)ctx_tokens * 4 + 3ull * cf->n_layers * sizeof(float *) + kda * cf->n_kda + mla * cf->n_mla +
              we_table_bytes((uint64_t)c->n_banks * cf->n_experts);
     uint64_t k = MAX(cf->top_k, 1);
-    *scratch = (3ull * chunk * cf->hidden + 12ull * max_width(cf) + ctx_tokens + cf->vocab) * 4 + (uint64_t)cf->vocab * 8 +
+    *scratch = (3ull * chunk * cf->hidden + 12ull * max_width(cf) + ctx_tokens + cf->vocab) * 4 + (uint64_t)cf->vocab * 16 +
                2ull * chunk * k * 4 + MAX(cf->n_experts, 1) + embed_row_bytes(c) + 64;
 }
 
@@ -273,7 +273,7 @@ int32_t wm_alloc_state(waste_ctx *ctx, uint64_t *bytes, char *err, uint64_t cap)
     ctx->acc = counted((uint64_t)chunk * c->hidden, sizeof(float), &sum);
     ctx->scores = counted(T, sizeof(float), &sum);
     ctx->logits = counted(c->vocab, sizeof(float), &sum);
-    ctx->sample_pairs = counted(c->vocab, 8, &sum);
+    ctx->sample_pairs = counted(c->vocab, 16, &sum);  /* struct ws_pair is {double, int32_t, pad} */
     ctx->sel = counted((uint64_t)chunk * MAX(c->top_k, 1), sizeof(int32_t), &sum);
     ctx->selw = counted((uint64_t)chunk * MAX(c->top_k, 1), sizeof(float), &sum);
     ctx->expert_used = counted(MAX(c->n_experts, 1), 1, &sum);

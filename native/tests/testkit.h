@@ -233,6 +233,27 @@ TK_UNUSED static char *tk_read_file(const char *dir, const char *name, uint64_t 
     return buf;
 }
 
+/* Byte offset of tensor `name` in trunk.bin, from the manifest; -1 when absent. */
+TK_UNUSED static long long tk_tensor_offset(const char *dir, const char *name) {
+    uint64_t n = 0;
+    char *m = tk_read_file(dir, "manifest.json", &n), key[160];
+    if (!m) return -1;
+    snprintf(key, sizeof key, "\"name\": \"%s\"", name);
+    char *at = strstr(m, key), *off = at ? strstr(at, "\"offset\": ") : NULL;
+    long long v = off ? strtoll(off + 10, NULL, 10) : -1;
+    free(m);
+    return v;
+}
+
+/* Overwrites n bytes of file `name` at byte offset `at`. 0 on success. */
+TK_UNUSED static int tk_patch_file(const char *dir, const char *name, long long at, const void *data, uint64_t n) {
+    char path[512]; snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "r+b");
+    if (!f) return -1;
+    int ok = fseek(f, at, SEEK_SET) == 0 && fwrite(data, 1, (size_t)n, f) == n;
+    return fclose(f) == 0 && ok ? 0 : -1;
+}
+
 /* Removes the files tk_write_container wrote (and usage.waste), then the directory. */
 TK_UNUSED static void tk_remove_container(const char *dir) {
     const char *files[] = {"manifest.json", "trunk.bin", "experts-L1.bin", "tokenizer.tiktoken", "specials.json", "usage.waste"};

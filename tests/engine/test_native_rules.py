@@ -65,3 +65,17 @@ def test_the_library_imports_no_transcendentals_from_libm(lib):
             "exp2", "exp2f"}
     assert not imported & libm, f"libwaste imports {sorted(imported & libm)} from libm"
     # sqrt and fma are IEEE-exact (correctly rounded), so libm's are allowed.
+
+
+# ---- the C tests (native/tests/test_*.c) under pytest -----------------------------------
+def test_c_tests_pass(libwaste):
+    """``make -C native test``: API rules, sampling, numerics, manifest fuzzing with data files.
+    (test_sanitizers.py runs the same binaries built with ASan/UBSan.)"""
+    import subprocess
+
+    from tests.engine.conftest import NATIVE
+
+    proc = subprocess.run(["make", "-C", str(NATIVE), "test"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    for name in ("test_api: ok", "test_sampling: ok", "test_numerics:", "data campaign: 1000 runs"):
+        assert name in proc.stdout, proc.stdout[-4000:]
