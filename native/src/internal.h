@@ -91,7 +91,9 @@ typedef struct {
     float (*dot_bf16)(const uint16_t *w, const float *x, uint32_t n);
     float (*dot_int8)(const uint8_t *row, const float *x, uint32_t n, uint32_t group);
 } wk_kernels;
-const wk_kernels *wk_select(int32_t kernels_cfg);   /* WASTE_KERNELS_* */
+/* The kernel set for cfg.kernels (WASTE_KERNELS_*); NULL when the CPU or the build lacks
+ * the named set, *why (when not NULL) then says which feature is missing. */
+const wk_kernels *wk_select(int32_t kernels_cfg, const char **why);
 const char *wk_built(void);                         /* "generic,avx2,avx512" */
 const char *wk_best(void);
 float wk_dot_row(const wk_kernels *k, const wm_mat *m, uint32_t row, const float *x);

@@ -2,7 +2,7 @@
  *
  * Sections: errors and files, rank table (hash), rank-file loader, specials.json loader,
  * UTF-8, the PAT scanner, BPE, the tokenize pipeline, accessors. tokenizer.h documents
- * the pipeline and the treatment of invalid UTF-8.
+ * the pipeline; input that is not valid UTF-8 is refused (WT_E_ARG).
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -19,8 +19,6 @@
 
 #define NO_RANK UINT32_MAX
 #define NO_NODE UINT32_MAX
-/* An invalid-UTF-8 run is cut into pieces of at most this many bytes, bounding BPE memory. */
-#define WT_MAX_INVALID_PIECE 25000u
 
 typedef struct {
     int32_t id;
@@ -1143,7 +1141,7 @@ static int32_t tokenize_all(const wt_tokenizer *t, scratch *s, const uint8_t *te
     if (!s->cp || !s->off || !s->fl) return WT_E_NOMEM;
     uint64_t pos = 0;
     while (pos < len) {
-        /* A window: up to WT_MAX_ENCODE_CHARS valid code points. */
+        /* A window: up to WT_MAX_ENCODE_CHARS code points (the text was validated). */
         uint64_t n = 0;
         uint32_t c;
         unsigned k;
@@ -1155,22 +1153,24 @@ static int32_t tokenize_all(const wt_tokenizer *t, scratch *s, const uint8_t *te
             n++;
             pos += k;
         }
+        if (n == 0) return WT_E_ARG; /* unreachable: wt_tokenize validated the text */
         s->off[n] = pos;
         int32_t st = encode_window(t, s, text, n, markup, out);
         if (st != WT_OK) return st;
-        /* The invalid run that stopped it, if any: bytes, cut every WT_MAX_INVALID_PIECE. */
-        uint64_t start = pos;
-        while (pos < len && utf8_decode(text + pos, len - pos, &c) == 0) {
-            pos++;
-            if (pos - start == WT_MAX_INVALID_PIECE) {
-                if ((st = bpe_piece(t, s, text + start, pos - start, out)) != WT_OK) return st;
-                start = pos;
-            }
-        }
-        if (pos > start && (st = bpe_piece(t, s, text + start, pos - start, out)) != WT_OK)
-            return st;
     }
     return WT_OK;
+}
+
+uint64_t wt_utf8_invalid_at(const char *text, uint64_t len)
+{
+    const uint8_t *p = (const uint8_t *)text;
+    uint32_t c;
+    for (uint64_t pos = 0; pos < len;) {
+        unsigned k = utf8_decode(p + pos, len - pos, &c);
+        if (k == 0) return pos;
+        pos += k;
+    }
+    return UINT64_MAX;
 }
 
 int32_t wt_tokenize(const wt_tokenizer *t, const char *text, uint64_t len, int32_t markup,
@@ -1179,6 +1179,7 @@ int32_t wt_tokenize(const wt_tokenizer *t, const char *text, uint64_t len, int32
     if (n_out != NULL) *n_out = 0;
     if (t == NULL || n_out == NULL || (text == NULL && len > 0) || (out == NULL && cap > 0))
         return WT_E_ARG;
+    if (wt_utf8_invalid_at(text, len) != UINT64_MAX) return WT_E_ARG;
     scratch s = {0};
     sink sk = {out, cap, 0};
     int32_t st = len > 0 ? tokenize_all(t, &s, (const uint8_t *)text, len, markup, &sk) : WT_OK;

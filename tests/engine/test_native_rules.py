@@ -79,3 +79,201 @@ def test_c_tests_pass(libwaste):
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     for name in ("test_api: ok", "test_sampling: ok", "test_numerics:", "data campaign: 1000 runs"):
         assert name in proc.stdout, proc.stdout[-4000:]
+
+
+# ---- engine.md §1: invalid UTF-8 is E_ARG, through the binding --------------------------
+def test_binding_refuses_invalid_utf8_with_the_byte(tiny_f32):
+    from waste.adapters.native import NativeEngine, NativeOptions
+    from waste.domain.engine import EngineError
+
+    with NativeEngine.open(tiny_f32[1], NativeOptions(usage_path="", n_threads=1)) as engine:
+        for fn in (engine.tokenize, engine.tokenize_markup):
+            with pytest.raises(EngineError) as info:
+                fn("ab\ud800c")                       # a lone surrogate: invalid UTF-8 at byte 2
+            assert info.value.status_name == "E_ARG" and "invalid UTF-8 at byte 2" in info.value.detail
+        assert engine.detokenize(engine.tokenize("ok é")) == "ok é".encode()
+
+
+# ---- engine.md §2 Pieces: a stop inside a character leaves the rest in the tail ---------
+def test_pieces_plus_tail_equal_detokenize_when_the_callback_stops(tiny_f32):
+    from waste.adapters.native import NativeEngine, NativeOptions
+    from waste.domain.engine import SamplingParams
+
+    with NativeEngine.open(tiny_f32[1], NativeOptions(usage_path="", n_threads=1)) as engine:
+        n_text = engine.n_base_vocab + 4            # tiny.SPECIALS: ids above have no text
+        cut = 0
+        for seed in range(120):
+            events = []
+
+            def on_token(event):
+                events.append(event)
+                return event.piece == b"" and event.token < n_text   # bytes held back: stop here
+
+            engine.reset()
+            result = engine.generate([5, 9, 11], SamplingParams(temperature=3.0, seed=seed, max_tokens=40),
+                                     on_token)
+            ids = [e.token for e in events]
+            if any(i >= n_text for i in ids):
+                continue
+            stream = b"".join(e.piece for e in events)
+            assert stream + result.tail == engine.detokenize(ids)
+            if result.stop_reason == "callback":
+                assert 1 <= len(result.tail) <= 3
+                cut += 1
+            else:
+                assert result.tail == b""
+        assert cut >= 3, "no run stopped inside a multi-byte character"
+
+
+# ---- cfg.kernels selects a kernel set; all give the same logits bytes ------------------
+@pytest.fixture(scope="module")
+def kinds(torch_stack, tiny_dir, tiny_f32):
+    """f32 tiny (A), odd widths (C, kernel tails), bf16 and int8 g32 (Q)."""
+    from tests.engine import tiny
+
+    _, c_hf = tiny.make_checkpoint(torch_stack, tiny_dir / "hf-c-rules", tiny.CONFIG_C, seed=2)
+    _, q_hf = tiny.make_checkpoint(torch_stack, tiny_dir / "hf-q-rules", tiny.CONFIG_Q, seed=3)
+    return {
+        "f32": tiny_f32[1],
+        "f32-odd": tiny.convert(c_hf, tiny_dir / "c-rules.waste", "f32"),
+        "bf16": tiny.convert(q_hf, tiny_dir / "q-rules-bf16.waste", "bf16"),
+        "int8": tiny.convert(q_hf, tiny_dir / "q-rules-int8.waste", "int8"),
+    }
+
+
+def prompt_of(n, vocab, seed=5):
+    import numpy as np
+
+    return [int(x) for x in np.random.default_rng(seed).integers(3, vocab, n)]
+
+
+def per_token(ctx, ids):
+    import numpy as np
+
+    return np.array([ctx.eval([t]) for t in ids])
+
+
+def same_bytes(a, b) -> bool:
+    import numpy as np
+
+    return np.asarray(a, np.float32).tobytes() == np.asarray(b, np.float32).tobytes()
+
+
+@pytest.mark.parametrize("kind", ["f32", "f32-odd", "bf16", "int8"])
+def test_every_available_kernel_set_gives_identical_logits(lib, kinds, kind):
+    path = kinds[kind]
+    with open_ctx(lib, path, kernels=1) as generic:
+        ids = prompt_of(40, generic.vocab)
+        ref = per_token(generic, ids)
+    compared = []
+    for k, name in ((2, "avx2"), (3, "avx512")):
+        st, detail, ctx = try_open(lib, path, kernels=k)
+        if ctx is None:
+            assert st == "E_UNSUPPORTED" and f"({name})" in detail, detail
+            continue
+        with ctx:
+            assert same_bytes(per_token(ctx, ids), ref), f"kernels {name} differ from generic"
+        compared.append(name)
+    if not compared:
+        pytest.skip("this CPU has neither AVX2+FMA nor AVX-512F: only generic kernels to run")
+
+
+def test_binding_options_name_the_kernel_sets(tiny_f32):
+    from waste.adapters.native import NativeEngine, NativeOptions
+    from waste.domain.engine import EngineError
+
+    for name in ("auto", "generic", "avx2", "avx512"):
+        try:
+            engine = NativeEngine.open(tiny_f32[1], NativeOptions(usage_path="", kernels=name))
+        except EngineError as exc:
+            assert name in ("avx2", "avx512") and exc.status_name == "E_UNSUPPORTED" and name in exc.detail
+        else:
+            engine.close()
+    with pytest.raises(ValueError):
+        NativeOptions(kernels="sse9")
+
+
+# ---- bf16: chunked prefill and snapshots are exact too ----------------------------------
+def test_bf16_prefill_chunking_is_exact(lib, kinds):
+    path = kinds["bf16"]
+    with open_ctx(lib, path, prefill_chunk=1) as c1:
+        ids = prompt_of(150, c1.vocab)
+        ref = per_token(c1, ids)[-1]
+    for chunk in (7, 64):
+        with open_ctx(lib, path, prefill_chunk=chunk) as c:
+            assert same_bytes(c.eval(ids), ref), f"prefill_chunk={chunk} differs from token by token"
+
+
+def test_bf16_snapshot_restore_then_suffix_equals_fresh_prefill(lib, kinds):
+    with open_ctx(lib, kinds["bf16"]) as c:
+        ids = prompt_of(60, c.vocab)
+        fresh = c.eval(ids)
+        c.reset()
+        c.eval(ids[:41])
+        blob = c.snapshot()
+        c.eval(prompt_of(9, c.vocab, seed=99))
+        c.reset()
+        assert c.restore_status(blob) == ("OK", "")
+        assert same_bytes(c.eval(ids[41:]), fresh)
+
+
+# ---- int8 group 128: the engine against transformers on the dequantized weights ---------
+# Every matrix width a multiple of 128 (KDA 1 head of 128, MLA kv rank 128, 2 heads of v 64).
+CONFIG_G128 = dict(
+    vocab_size=512, hidden_size=128, intermediate_size=128, moe_intermediate_size=128,
+    num_attention_heads=2, num_key_value_heads=2, kv_lora_rank=128, q_lora_rank=None,
+    qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=64,
+    num_local_experts=4, num_experts_per_tok=4, n_shared_experts=1, n_group=1, topk_group=1,
+    routed_scaling_factor=2.446, norm_topk_prob=True,
+    linear_num_heads=1, linear_head_dim=128, linear_conv_kernel_dim=4,
+    pad_token_id=0, bos_token_id=1, eos_token_id=2, num_hidden_layers=4,
+    layer_types=["linear_attention"] * 3 + ["full_attention"],
+    mlp_layer_types=["dense"] + ["sparse"] * 3)
+
+
+def dequantized_g128(values):
+    import numpy as np
+
+    from waste.tools.container import quantize_int8
+
+    w = np.ascontiguousarray(values, dtype=np.float32)
+    rows, cols = w.shape
+    blocks = quantize_int8(w, 128).reshape(rows, cols // 128, 130)
+    scale = blocks[..., :2].copy().view(np.float16).astype(np.float32)
+    q = blocks[..., 2:].copy().view(np.int8).astype(np.float32)
+    return (q * scale).reshape(rows, cols)
+
+
+def test_int8_group_128_matches_transformers_on_its_dequantized_weights(lib, torch_stack, tiny_dir):
+    import numpy as np
+
+    from tests.engine import tiny
+    from waste.tools.convert import convert
+
+    torch, transformers = torch_stack
+    model, hf = tiny.make_checkpoint(torch_stack, tiny_dir / "hf-g128", CONFIG_G128, seed=4)
+    path = tiny_dir / "g128.waste"
+    if not path.exists():
+        convert(hf, path, trunk="int8", experts="int8", group=128)
+    manifest = json.loads((path / "manifest.json").read_text())
+    assert manifest["banks"][0]["format"] == "int8" and manifest["banks"][0]["group"] == 128
+    assert any(t["format"] == "int8" and t["group"] == 128 for t in manifest["tensors"])
+    twin = transformers.KimiLinearForCausalLM.from_pretrained(hf).eval()
+    with torch.no_grad():
+        for name, p in twin.named_parameters():
+            if name.endswith("mlp.gate.weight") or p.numel() == 0:
+                continue
+            if p.dim() == 2:
+                p.copy_(torch.from_numpy(dequantized_g128(p.numpy())))
+            elif p.dim() == 3 and ".experts." in name:
+                for e in range(p.shape[0]):
+                    p[e].copy_(torch.from_numpy(dequantized_g128(p[e].numpy())))
+    prompt = prompt_of(40, 512, seed=11)
+    with torch.no_grad():
+        ref = twin(torch.tensor([prompt])).logits[0].double().numpy()
+    with open_ctx(lib, path) as c:
+        got = np.array([c.eval([t]) for t in prompt], dtype=np.float64)
+    err = float(np.abs(got - ref).max())
+    print(f"\n[int8 g128] vs dequantized twin max-abs {err:.3e} over {len(prompt)} positions")
+    assert err < 1e-3
+    assert (got.argmax(1) == ref.argmax(1)).all()

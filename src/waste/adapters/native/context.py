@@ -152,7 +152,8 @@ def new_cfg(options: NativeOptions, keep: list[Any]) -> Any:
     cfg.io_threads = options.io_threads
     cfg.lookahead = options.lookahead
     cfg.tokenizer_only = int(options.tokenizer_only)
-    cfg.kernels = lib.WASTE_KERNELS_GENERIC if options.kernels == "generic" else lib.WASTE_KERNELS_AUTO
+    cfg.kernels = {"auto": lib.WASTE_KERNELS_AUTO, "generic": lib.WASTE_KERNELS_GENERIC,
+                   "avx2": lib.WASTE_KERNELS_AVX2, "avx512": lib.WASTE_KERNELS_AVX512}[options.kernels]
     for name, text in (("cpu_list", options.cpu_list), ("usage_path", options.usage_path)):
         if text is not None:
             keep.append(ffi.new("char[]", text.encode("utf-8")))
@@ -283,12 +284,16 @@ class NativeContext:
 
         Raises:
             EngineError: E_UNSUPPORTED without a tokenizer, E_ARG on invalid UTF-8 (a lone
-                surrogate in ``text``).
+                surrogate in ``text``; the detail reads "invalid UTF-8 at byte N").
         """
         return self._tokenize(lib.waste_tokenize, text)
 
     def tokenize_markup(self, text: str) -> list[int]:
-        """Token ids with special texts recognised anywhere, longest match first."""
+        """Token ids with special texts recognised anywhere, longest match first.
+
+        Raises:
+            EngineError: as ``tokenize`` (E_ARG names the byte of invalid UTF-8).
+        """
         return self._tokenize(lib.waste_tokenize_markup, text)
 
     def _tokenize(self, fn: Any, text: str) -> list[int]:
