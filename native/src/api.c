@@ -140,6 +140,7 @@ void wx_err(waste_ctx *ctx, const char *fmt, ...) {
     va_list ap; va_start(ap, fmt);
     vsnprintf(ctx->err, sizeof ctx->err, fmt, ap);
     va_end(ap);
+    wu_sanitize(ctx->err, sizeof ctx->err);
 }
 
 /* ==== plan and open ================================================================ */
@@ -337,6 +338,7 @@ WASTE_API int32_t waste_open(const char *path, const waste_cfg *cfg_in, waste_ct
     return WASTE_OK;
 fail:
     ctx_free(ctx);
+    wu_sanitize(err, cap);   /* the tokenizer formats its details itself */
     return st;
 }
 

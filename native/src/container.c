@@ -139,6 +139,12 @@ static int32_t parse_config(const wj_val *cf, wc_config *c, char *err, uint64_t 
         wu_errf(err, cap, "manifest.json: config.hidden_size, vocab_size and num_hidden_layers must be > 0");
         return WASTE_E_FORMAT;
     }
+    const struct { const char *key; int32_t id; } ids[] = {{"bos_token_id", c->bos}, {"eos_token_id", c->eos}, {"pad_token_id", c->pad}};
+    for (int i = 0; i < 3; i++)
+        if (ids[i].id >= 0 && (uint32_t)ids[i].id >= c->vocab) {
+            wu_errf(err, cap, "manifest.json: config.%s %d is not below vocab_size %u", ids[i].key, ids[i].id, c->vocab);
+            return WASTE_E_FORMAT;
+        }
     if (kvh != c->mla_heads) {
         wu_errf(err, cap, "manifest.json: config.num_key_value_heads (%u) must equal num_attention_heads (%u)", kvh, c->mla_heads);
         return WASTE_E_FORMAT;
@@ -186,6 +192,65 @@ static int32_t parse_config(const wj_val *cf, wc_config *c, char *err, uint64_t 
 }
 
 /* ==== tensors ====================================================================== */
+/* The canonical names (docs/FORMAT.md §3.2) a layer of this config has. */
+static int layer_has(const wc_config *c, uint32_t l, const char *suffix) {
+    static const char *common[] = {"attn_norm", "ffn_norm", NULL};
+    static const char *kda[] = {"kda.q_proj", "kda.k_proj", "kda.v_proj", "kda.q_conv", "kda.k_conv", "kda.v_conv",
+                                "kda.a_log", "kda.dt_bias", "kda.f_a", "kda.f_b", "kda.b_proj", "kda.g_a", "kda.g_b",
+                                "kda.o_norm", "kda.o_proj", NULL};
+    static const char *mla[] = {"mla.kv_a", "mla.kv_a_norm", "mla.kv_b", "mla.o_proj", NULL};
+    static const char *mla_q[] = {"mla.q_proj", NULL}, *mla_qlora[] = {"mla.q_a", "mla.q_a_norm", "mla.q_b", NULL};
+    static const char *dense[] = {"ffn.gate", "ffn.up", "ffn.down", NULL};
+    static const char *moe[] = {"moe.router", "moe.router_bias", NULL};
+    static const char *shared[] = {"moe.shared_gate", "moe.shared_up", "moe.shared_down", NULL};
+    const char **lists[] = {common, c->is_mla[l] ? mla : kda, c->is_mla[l] ? (c->q_rank ? mla_qlora : mla_q) : NULL,
+                            c->is_moe[l] ? moe : dense, c->is_moe[l] && c->n_shared ? shared : NULL};
+    for (unsigned i = 0; i < sizeof lists / sizeof lists[0]; i++)
+        for (const char **n = lists[i]; n && *n; n++)
+            if (!strcmp(*n, suffix)) return 1;
+    return 0;
+}
+
+/* 1 if name is a tensor this config uses: embed, final_norm, lm_head, or blk.<layer>.<x>
+ * (a decimal layer below num_hidden_layers without leading zeros, x one of its tensors).
+ * Anything else would be loaded and counted in params_* without being used. */
+static int canonical_name(const wc_config *c, const char *name) {
+    if (!strcmp(name, "embed") || !strcmp(name, "final_norm") || !strcmp(name, "lm_head")) return 1;
+    if (strncmp(name, "blk.", 4)) return 0;
+    const char *p = name + 4;
+    uint64_t l = 0;
+    if (*p < '0' || *p > '9' || (p[0] == '0' && p[1] >= '0' && p[1] <= '9')) return 0;
+    while (*p >= '0' && *p <= '9' && l < WC_MAX_LAYERS) l = l * 10 + (uint64_t)(*p++ - '0');
+    if (*p != '.' || l >= c->n_layers) return 0;
+    return layer_has(c, (uint32_t)l, p + 1);
+}
+
+
+/* Sorts c->by_name by tensor name (heapsort: qsort has no context pointer, and the library
+ * keeps no mutable globals). */
+static int name_less(const wc_container *c, uint32_t a, uint32_t b) {
+    return strcmp(c->tensors[a].name, c->tensors[b].name) < 0;
+}
+static void sift_down(wc_container *c, uint32_t root, uint32_t n) {
+    uint32_t *v = c->by_name;
+    for (;;) {
+        uint64_t child = 2ull * root + 1;
+        if (child >= n) return;
+        if (child + 1 < n && name_less(c, v[child], v[child + 1])) child++;
+        if (!name_less(c, v[root], v[child])) return;
+        uint32_t t = v[root]; v[root] = v[child]; v[child] = t;
+        root = (uint32_t)child;
+    }
+}
+static void sort_names(wc_container *c) {
+    uint32_t n = c->n_tensors, *v = c->by_name;
+    for (uint32_t i = n / 2; i-- > 0;) sift_down(c, i, n);
+    for (uint32_t end = n; end-- > 1;) {
+        uint32_t t = v[0]; v[0] = v[end]; v[end] = t;
+        sift_down(c, 0, end);
+    }
+}
+
 static int32_t parse_tensors(const wj_val *arr, wc_container *c, char *err, uint64_t cap) {
     if (!arr || arr->type != WJ_ARR) { wu_errf(err, cap, "manifest.json: missing field tensors"); return WASTE_E_FORMAT; }
     if (arr->n_children > MAX_TENSORS) { wu_errf(err, cap, "manifest.json: more than %u tensors", MAX_TENSORS); return WASTE_E_FORMAT; }
@@ -202,6 +267,10 @@ static int32_t parse_tensors(const wj_val *arr, wc_container *c, char *err, uint
         if (strlen(name) >= sizeof t->name) { wu_errf(err, cap, "manifest.json: %s.name too long", where); return WASTE_E_FORMAT; }
         strcpy(t->name, name);
         snprintf(where, sizeof where, "tensor %s", t->name);
+        if (!canonical_name(&c->cfg, t->name)) {
+            wu_errf(err, cap, "manifest.json: %s is not a tensor of this config (docs/FORMAT.md §3.2 lists the names)", where);
+            return WASTE_E_FORMAT;
+        }
         TRY(get_str(v, "format", where, &fmt, err, cap));
         t->fmt = wf_parse(fmt);
         if (t->fmt < 0) { wu_errf(err, cap, "manifest.json: %s: unknown format \"%s\"", where, fmt); return WASTE_E_FORMAT; }
@@ -240,9 +309,16 @@ static int32_t parse_tensors(const wj_val *arr, wc_container *c, char *err, uint
                     (unsigned long long)t->length, (unsigned long long)need); return WASTE_E_FORMAT;
         }
         if (t->offset % 64) { wu_errf(err, cap, "manifest.json: %s: offset %llu is not 64-byte aligned", where, (unsigned long long)t->offset); return WASTE_E_FORMAT; }
-        for (uint32_t j = 0; j < i; j++)
-            if (!strcmp(c->tensors[j].name, t->name)) { wu_errf(err, cap, "manifest.json: duplicate tensor %s", t->name); return WASTE_E_FORMAT; }
     }
+    /* A sorted index: duplicates become neighbours, and wc_find is a binary search. */
+    c->by_name = malloc((c->n_tensors ? c->n_tensors : 1) * sizeof *c->by_name);
+    if (!c->by_name) { wu_errf(err, cap, "out of memory"); return WASTE_E_NOMEM; }
+    for (uint32_t k = 0; k < c->n_tensors; k++) c->by_name[k] = k;
+    sort_names(c);
+    for (uint32_t k = 1; k < c->n_tensors; k++)
+        if (!strcmp(c->tensors[c->by_name[k]].name, c->tensors[c->by_name[k - 1]].name)) {
+            wu_errf(err, cap, "manifest.json: duplicate tensor %s", c->tensors[c->by_name[k]].name); return WASTE_E_FORMAT;
+        }
     return WASTE_OK;
 }
 
@@ -268,6 +344,12 @@ static int32_t parse_banks(const wj_val *arr, wc_container *c, char *err, uint64
         TRY(get_u32(v, "layer", where, cf->n_layers - 1, &b->layer, err, cap));
         if (!cf->is_moe[b->layer] || c->bank_of_layer[b->layer] >= 0) {
             wu_errf(err, cap, "manifest.json: %s.layer %u is not a sparse layer or is repeated", where, b->layer); return WASTE_E_FORMAT;
+        }
+        /* Layer order: bank index order is (layer, expert) order for the hotlist (§8). */
+        if (i > 0 && b->layer < c->banks[i - 1].layer) {
+            wu_errf(err, cap, "manifest.json: %s.layer %u comes after banks[%u].layer %u: banks must be in layer order", where,
+                    b->layer, i - 1, c->banks[i - 1].layer);
+            return WASTE_E_FORMAT;
         }
         TRY(get_str(v, "file", where, &file, err, cap));
         char expect[48]; snprintf(expect, sizeof expect, "experts-L%u.bin", b->layer);
@@ -397,8 +479,14 @@ int32_t wc_open_manifest(const char *dir, wc_container *c, char *err, uint64_t c
 }
 
 const wc_tensor *wc_find(const wc_container *c, const char *name) {
-    for (uint32_t i = 0; i < c->n_tensors; i++)
-        if (!strcmp(c->tensors[i].name, name)) return &c->tensors[i];
+    if (!c->by_name) return NULL;
+    uint32_t lo = 0, hi = c->n_tensors;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        int d = strcmp(c->tensors[c->by_name[mid]].name, name);
+        if (d == 0) return &c->tensors[c->by_name[mid]];
+        if (d < 0) lo = mid + 1; else hi = mid;
+    }
     return NULL;
 }
 
@@ -498,7 +586,7 @@ void wc_close(wc_container *c) {
     if (!c) return;
     for (uint32_t i = 0; i < c->n_banks; i++) if (c->banks[i].fd >= 0) close(c->banks[i].fd);
     if (c->trunk_fd >= 0) close(c->trunk_fd);
-    free(c->banks); free(c->tensors); free(c->trunk_mem); free(c->manifest_text);
+    free(c->banks); free(c->tensors); free(c->by_name); free(c->trunk_mem); free(c->manifest_text);
     memset(c, 0, sizeof *c);
     c->trunk_fd = -1;
 }

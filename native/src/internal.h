@@ -28,6 +28,9 @@ float wu_bf16_to_f32(uint16_t b);
 double wu_now_ms(void);
 /* Formats into err (cap bytes, always NUL-terminated when cap > 0). */
 void wu_errf(char *err, uint64_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Rewrites err in place so it is valid UTF-8: each byte that does not start a valid
+ * sequence (a path's, a truncation's) becomes the text \xNN. wu_errf and wx_err call it. */
+void wu_sanitize(char *err, uint64_t cap);
 /* Overflow-checked u64 arithmetic: return 0 on overflow. */
 int wu_mul(uint64_t a, uint64_t b, uint64_t *out);
 int wu_add(uint64_t a, uint64_t b, uint64_t *out);
@@ -165,6 +168,7 @@ typedef struct {
     wc_config cfg;
     wc_tensor *tensors;
     uint32_t n_tensors;
+    uint32_t *by_name;       /* tensor indices sorted by name (wc_find's binary search) */
     wc_bank *banks;          /* one per MoE layer, in layer order */
     uint32_t n_banks;
     int32_t bank_of_layer[WC_MAX_LAYERS]; /* -1 for dense layers */

@@ -573,7 +573,8 @@ static int32_t json_skip_value(json_cur *c, int depth)
     }
 }
 
-/* One {"id": int, "text": string} object; unknown keys are skipped. */
+/* One {"id": int, "text": string} object; unknown keys are skipped, a repeated id or text
+ * is refused (JSON parsers disagree on which copy wins). */
 static int32_t json_special(json_cur *c, wt_special *sp, uint32_t n_base, uint32_t index)
 {
     const uint8_t *obj_start = c->p;
@@ -606,6 +607,7 @@ static int32_t json_special(json_cur *c, wt_special *sp, uint32_t n_base, uint32
         if (key_len == 2 && memcmp(key, "id", 2) == 0) {
             int is_int = 0;
             free(key);
+            if (have_id) return json_fail(c, "duplicate key \"id\"");
             if (c->p >= c->end || !(*c->p == '-' || (*c->p >= '0' && *c->p <= '9')))
                 return json_fail(c, "\"id\" must be an integer");
             if ((st = json_number(c, &id, &is_int)) != WT_OK) return st;
@@ -613,9 +615,8 @@ static int32_t json_special(json_cur *c, wt_special *sp, uint32_t n_base, uint32
             have_id = 1;
         } else if (key_len == 4 && memcmp(key, "text", 4) == 0) {
             free(key);
+            if (sp->text != NULL) return json_fail(c, "duplicate key \"text\"");
             if (c->p >= c->end || *c->p != '"') return json_fail(c, "\"text\" must be a string");
-            free(sp->text);
-            sp->text = NULL;
             if ((st = json_string(c, &sp->text, &sp->len)) != WT_OK) return st;
         } else {
             free(key);

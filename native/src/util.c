@@ -96,11 +96,49 @@ void wu_write_u64le(uint8_t *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] =
 void wu_write_u32le(uint8_t *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i)); }
 
 /* ==== errors, arithmetic, I/O ======================================================= */
+/* Length of the valid UTF-8 sequence at s (1-4), or 0 when s does not start one. */
+static unsigned utf8_seq(const unsigned char *s) {
+    unsigned char b = s[0];
+    if (b < 0x80) return 1;
+    unsigned need = b >= 0xC2 && b <= 0xDF ? 2 : b >= 0xE0 && b <= 0xEF ? 3 : b >= 0xF0 && b <= 0xF4 ? 4 : 0;
+    if (need == 0) return 0;
+    unsigned char lo = 0x80, hi = 0xBF;
+    if (b == 0xE0) lo = 0xA0; else if (b == 0xED) hi = 0x9F; else if (b == 0xF0) lo = 0x90; else if (b == 0xF4) hi = 0x8F;
+    if (s[1] < lo || s[1] > hi) return 0;               /* also stops at the NUL */
+    for (unsigned i = 2; i < need; i++) if ((s[i] & 0xC0) != 0x80) return 0;
+    return need;
+}
+
+void wu_sanitize(char *err, uint64_t cap) {
+    if (!err || cap == 0) return;
+    const unsigned char *p = (const unsigned char *)err;
+    uint64_t i = 0;
+    while (p[i] && utf8_seq(p + i)) i += utf8_seq(p + i);
+    if (!p[i]) return;                                   /* already valid UTF-8: the usual case */
+    char out[2048];
+    uint64_t lim = cap < sizeof out ? cap : sizeof out, o = 0;
+    memcpy(out, err, (size_t)(i < lim ? i : lim - 1));
+    o = i < lim ? i : lim - 1;
+    while (p[i] && o + 1 < lim) {
+        unsigned k = utf8_seq(p + i);
+        if (k) {
+            if (o + k >= lim) break;
+            memcpy(out + o, p + i, k); o += k; i += k;
+        } else {
+            if (o + 4 >= lim) break;
+            snprintf(out + o, 5, "\\x%02X", p[i]); o += 4; i++;
+        }
+    }
+    out[o] = 0;
+    memcpy(err, out, (size_t)o + 1);
+}
+
 void wu_errf(char *err, uint64_t cap, const char *fmt, ...) {
     if (!err || cap == 0) return;
     va_list ap; va_start(ap, fmt);
     vsnprintf(err, cap > 0x7fffffff ? 0x7fffffff : (size_t)cap, fmt, ap);
     va_end(ap);
+    wu_sanitize(err, cap);
 }
 
 int wu_mul(uint64_t a, uint64_t b, uint64_t *out) {

@@ -17,9 +17,9 @@ static const char *BASE =
     " \"linear_conv_kernel_dim\": 4, \"num_attention_heads\": 4, \"num_key_value_heads\": 4, \"kv_lora_rank\": 32,"
     " \"q_lora_rank\": 0, \"qk_nope_head_dim\": 16, \"qk_rope_head_dim\": 8, \"v_head_dim\": 16, \"hidden_act\": \"silu\","
     " \"rms_norm_eps\": 1e-05, \"mla_norm_eps\": 1e-06, \"kda_l2_eps\": 1e-06, \"bos_token_id\": 1, \"eos_token_id\": 2,"
-    " \"pad_token_id\": 0, \"model_max_length\": 4096}, \"quant\": {\"trunk\": \"f32\", \"experts\": \"f32\", \"group\": 0},"
+    " \"pad_token_id\": 0, \"model_max_length\": 4096}, \"quant\": {\"trunk\": \"f32 \\u00e9\\ud83d\\ude00\", \"experts\": \"f32\", \"group\": 0},"
     " \"tensors\": [{\"name\": \"embed\", \"format\": \"f32\", \"group\": 0, \"shape\": [512, 64], \"file\": \"trunk.bin\","
-    " \"offset\": 0, \"length\": 131072, \"on_disk\": true}, {\"name\": \"x\\u00e9\\ud83d\\ude00\", \"format\": \"int8\","
+    " \"offset\": 0, \"length\": 131072, \"on_disk\": true}, {\"name\": \"blk.0.ffn.gate\", \"format\": \"int8\","
     " \"group\": 32, \"shape\": [4, 64], \"file\": \"trunk.bin\", \"offset\": 131072, \"length\": 272, \"on_disk\": false}],"
     " \"banks\": [{\"layer\": 1, \"file\": \"experts-L1.bin\", \"n_experts\": 8, \"format\": \"f32\", \"group\": 0,"
     " \"record_bytes\": 28672, \"shapes\": [[32, 64], [32, 64], [64, 32]]}], \"tokenizer\": null}";

@@ -277,3 +277,103 @@ def test_int8_group_128_matches_transformers_on_its_dequantized_weights(lib, tor
     print(f"\n[int8 g128] vs dequantized twin max-abs {err:.3e} over {len(prompt)} positions")
     assert err < 1e-3
     assert (got.argmax(1) == ref.argmax(1)).all()
+
+
+# ---- engine.md §3: manifest validation -------------------------------------------------
+def drop_banks_and_sparse(m):
+    """Every layer dense (so no bank is needed): a manifest plan can read on its own."""
+    m["config"]["mlp_layer_types"] = ["dense"] * m["config"]["num_hidden_layers"]
+    m["banks"] = []
+
+
+@pytest.mark.parametrize("mutate,needle", [
+    (lambda m: m["config"].update(bos_token_id=100000), "config.bos_token_id 100000 is not below vocab_size 512"),
+    (lambda m: m["config"].update(eos_token_id=512), "config.eos_token_id 512 is not below vocab_size"),
+    (lambda m: m["config"].update(pad_token_id=2**31 - 1), "config.pad_token_id"),
+    (lambda m: m["tensors"].append(dict(tensor(m, "final_norm"), name="pad.0")), "tensor pad.0 is not a tensor of"),
+    (lambda m: m["tensors"].append(dict(tensor(m, "final_norm"), name="blk.4.attn_norm")), "tensor blk.4.attn_norm"),
+    (lambda m: m["tensors"].append(dict(tensor(m, "final_norm"), name="blk.01.attn_norm")), "tensor blk.01.attn_norm"),
+    (lambda m: m["tensors"].append(dict(tensor(m, "final_norm"), name="blk.0.mla.kv_a_norm")), "blk.0.mla.kv_a_norm"),
+    (lambda m: m["tensors"].append(dict(tensor(m, "final_norm"), name="blk.1.ffn.gate")), "blk.1.ffn.gate"),
+    (lambda m: m["tensors"].append(dict(tensor(m, "final_norm"))), "duplicate tensor final_norm"),
+    (lambda m: m["banks"].reverse(), "banks must be in layer order"),
+])
+def test_manifest_gaps_are_refused_by_name(lib, copy, mutate, needle):
+    edit_manifest(copy, mutate)
+    st, detail, ctx = try_open(lib, copy)
+    assert ctx is None
+    assert st == "E_FORMAT" and needle in detail, detail
+
+
+@pytest.mark.parametrize("where", ["top", "config", "tensor", "wide"])
+def test_duplicate_json_keys_are_refused_naming_the_key(lib, copy, where):
+    text = (copy / "manifest.json").read_text()
+    if where == "top":
+        text = text.replace('"arch": "kimi_linear"', '"arch": "kimi_linear", "arch": "glm5"', 1)
+        key = "arch"
+    elif where == "config":
+        text = text.replace('"hidden_size": 64', '"hidden_size": 64, "hidden_size": 64', 1)
+        key = "hidden_size"
+    elif where == "tensor":
+        text = text.replace('"on_disk": false', '"on_disk": false, "on_disk": true', 1)
+        key = "on_disk"
+    else:   # an object with many keys takes the sorted path
+        extra = ", ".join(f'"k{i}": {i}' for i in range(40))
+        text = text.replace('"format_version": 1', '"format_version": 1, ' + extra + ', "k17": 0', 1)
+        key = "k17"
+    (copy / "manifest.json").write_text(text)
+    st, detail, _ = try_open(lib, copy)
+    assert st == "E_FORMAT" and f'duplicate key "{key}"' in detail, detail
+
+
+def test_duplicate_special_keys_are_refused(lib, copy):
+    specials = json.loads((copy / "specials.json").read_text())
+    text = json.dumps(specials).replace('"text": ', '"text": "x", "text": ', 1)
+    (copy / "specials.json").write_text(text)
+    st, detail, _ = try_open(lib, copy)
+    assert st == "E_FORMAT" and 'duplicate key "text"' in detail and "specials.json" in detail, detail
+
+
+def test_manifest_strings_must_be_utf8(lib, copy):
+    raw = (copy / "manifest.json").read_bytes().replace(b'"arch": "kimi_linear"', b'"arch": "kimi\xff"', 1)
+    (copy / "manifest.json").write_bytes(raw)
+    st, detail, _ = try_open(lib, copy)
+    assert st == "E_FORMAT" and "invalid UTF-8 in a string at byte" in detail, detail
+
+
+def test_details_are_valid_utf8_even_for_byte_paths(lib, tmp_path):
+    from waste.tools.eval import open_library
+
+    ffi, clib = open_library(lib)
+    err = ffi.new("char[512]")
+    out = ffi.new("waste_ctx **")
+    path = str(tmp_path).encode() + b"/caf\xe9\xff.waste"           # latin-1 bytes: not UTF-8
+    assert clib.waste_open(path, ffi.NULL, out, err, 512) == -1
+    detail = ffi.string(err).decode("utf-8")                           # strict: must decode
+    assert "caf\\xE9\\xFF.waste/manifest.json" in detail, detail
+
+
+def test_many_tensors_are_indexed_not_compared_pairwise(lib, copy):
+    """65,536 tensors (the limit), all canonical: plan reads them and still finds a
+    duplicate placed last (the check is a sort, not n² comparisons)."""
+    from waste.tools.eval import open_library
+
+    def grow(m):
+        n_layers = 65536 // 17 + 1
+        m["config"]["num_hidden_layers"] = n_layers
+        m["config"]["layer_types"] = ["linear_attention"] * n_layers
+        drop_banks_and_sparse(m)
+        proto = tensor(m, "final_norm")
+        names = [f"blk.{l}.kda.{x}" for l in range(n_layers) for x in (
+            "q_proj", "k_proj", "v_proj", "q_conv", "k_conv", "v_conv", "a_log", "dt_bias", "f_a", "f_b",
+            "b_proj", "g_a", "g_b", "o_norm", "o_proj")] + [f"blk.{l}.ffn.{x}" for l in range(n_layers)
+                                                             for x in ("gate", "up")]
+        m["tensors"] = [dict(proto, name=n) for n in names[:65535]] + [dict(proto, name=names[7])]
+
+    edit_manifest(copy, grow)
+    ffi, clib = open_library(lib)
+    plan = ffi.new("waste_plan *")
+    clib.waste_plan_init(plan)
+    err = ffi.new("char[512]")
+    assert clib.waste_plan_memory(str(copy).encode(), ffi.NULL, plan, err, 512) == -2
+    assert "duplicate tensor blk.0.kda.dt_bias" in ffi.string(err).decode()
