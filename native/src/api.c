@@ -138,9 +138,8 @@ void wx_mem_sub(waste_ctx *ctx, uint64_t bytes) { atomic_fetch_sub(&ctx->mem_now
 
 void wx_err(waste_ctx *ctx, const char *fmt, ...) {
     va_list ap; va_start(ap, fmt);
-    vsnprintf(ctx->err, sizeof ctx->err, fmt, ap);
+    wu_vformat(ctx->err, sizeof ctx->err, fmt, ap);
     va_end(ap);
-    wu_sanitize(ctx->err, sizeof ctx->err);
 }
 
 /* ==== plan and open ================================================================ */

@@ -7,6 +7,7 @@
 #ifndef WASTE_INTERNAL_H
 #define WASTE_INTERNAL_H
 
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -28,6 +29,8 @@ float wu_bf16_to_f32(uint16_t b);
 double wu_now_ms(void);
 /* Formats into err (cap bytes, always NUL-terminated when cap > 0). */
 void wu_errf(char *err, uint64_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* vsnprintf in the C numeric locale, then wu_sanitize (every detail goes through it). */
+void wu_vformat(char *err, uint64_t cap, const char *fmt, va_list ap);
 /* Rewrites err in place so it is valid UTF-8: each byte that does not start a valid
  * sequence (a path's, a truncation's) becomes the text \xNN. wu_errf and wx_err call it. */
 void wu_sanitize(char *err, uint64_t cap);

@@ -3,9 +3,11 @@
  * Builds a DOM in one arena. Limits: nesting depth 16, strings 4096 bytes, 2^20 values;
  * any violation is E_FORMAT with the byte offset. Strings must be UTF-8 and are unescaped
  * (\uXXXX with surrogate pairs to UTF-8); an object may not repeat a key; numbers go
- * through strtod on a bounded copy.
+ * through strtod on a bounded copy, in the C locale (uselocale for the parse, so a host's
+ * setlocale(LC_NUMERIC, "de_DE.UTF-8") does not turn "1e-05" or "2.446" into errors).
  */
 #include <limits.h>
+#include <locale.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -263,7 +265,12 @@ int32_t wj_parse(const char *text, uint64_t len, wj_doc **out, char *err, uint64
     d->cap_vals = (uint32_t)cap_vals;
     d->cap_strs = len + 1;
     wj_parser p = {text, len, 0, d, err, cap};
+    locale_t c_numeric = newlocale(LC_NUMERIC_MASK, "C", (locale_t)0);
+    if (c_numeric == (locale_t)0) { wj_free(d); wu_errf(err, cap, "out of memory parsing manifest.json (C locale)"); return WASTE_E_NOMEM; }
+    locale_t caller = uselocale(c_numeric);   /* this thread only; restored below */
     int st = parse_value(&p, &d->root, 0);
+    uselocale(caller);
+    freelocale(c_numeric);
     if (!st) {
         skip_ws(&p);
         if (p.pos != p.len) st = fail(&p, "trailing bytes after the document");

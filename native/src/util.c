@@ -1,6 +1,7 @@
 /* util.c — small shared helpers: crc32 (IEEE), FNV-1a, fp16/bf16 decoding, errors,
  * overflow-checked arithmetic, exact preads and the monotonic clock. */
 #include <errno.h>
+#include <locale.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -133,12 +134,21 @@ void wu_sanitize(char *err, uint64_t cap) {
     memcpy(err, out, (size_t)o + 1);
 }
 
-void wu_errf(char *err, uint64_t cap, const char *fmt, ...) {
+void wu_vformat(char *err, uint64_t cap, const char *fmt, va_list ap) {
     if (!err || cap == 0) return;
-    va_list ap; va_start(ap, fmt);
+    /* Details read the same whatever the host's LC_NUMERIC ("2.446", never "2,446"): the
+     * C locale for this thread while formatting. */
+    locale_t c_numeric = newlocale(LC_NUMERIC_MASK, "C", (locale_t)0);
+    locale_t caller = c_numeric ? uselocale(c_numeric) : (locale_t)0;
     vsnprintf(err, cap > 0x7fffffff ? 0x7fffffff : (size_t)cap, fmt, ap);
-    va_end(ap);
+    if (c_numeric) { uselocale(caller); freelocale(c_numeric); }
     wu_sanitize(err, cap);
+}
+
+void wu_errf(char *err, uint64_t cap, const char *fmt, ...) {
+    va_list ap; va_start(ap, fmt);
+    wu_vformat(err, cap, fmt, ap);
+    va_end(ap);
 }
 
 int wu_mul(uint64_t a, uint64_t b, uint64_t *out) {

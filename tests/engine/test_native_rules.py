@@ -377,3 +377,48 @@ def test_many_tensors_are_indexed_not_compared_pairwise(lib, copy):
     err = ffi.new("char[512]")
     assert clib.waste_plan_memory(str(copy).encode(), ffi.NULL, plan, err, 512) == -2
     assert "duplicate tensor blk.0.kda.dt_bias" in ffi.string(err).decode()
+
+
+# ---- JSON numbers and details do not depend on the host's LC_NUMERIC ---------------------
+LOCALE_PROBE = r'''
+import ctypes, json, locale, sys
+from tests.engine.native import try_open
+locale.setlocale(locale.LC_NUMERIC, "de_DE.UTF-8")
+libc = ctypes.CDLL(None)
+buf = ctypes.create_string_buffer(32)
+libc.snprintf(buf, 32, b"%g", ctypes.c_double(2.5))
+lib, good, bad = sys.argv[1:4]
+st_good, detail_good, ctx = try_open(lib, good)
+if ctx is not None:
+    ctx.close()
+st_bad, detail_bad, _ = try_open(lib, bad)
+print(json.dumps({"c_formats": buf.value.decode(), "good": [st_good, detail_good], "bad": [st_bad, detail_bad]}))
+'''
+
+
+def test_json_numbers_and_details_ignore_the_host_locale(lib, copy, tmp_path):
+    import subprocess
+    import sys
+
+    localedef = shutil.which("localedef")
+    if localedef is None:
+        pytest.skip("localedef is not installed: cannot build a decimal-comma locale to test with")
+    locales = tmp_path / "locales"
+    locales.mkdir()
+    made = subprocess.run([localedef, "-i", "de_DE", "-f", "UTF-8", str(locales / "de_DE.UTF-8")],
+                          capture_output=True, text=True)
+    if not (locales / "de_DE.UTF-8").exists():
+        pytest.skip(f"localedef could not build de_DE.UTF-8 (no locale sources?): {made.stderr[-300:]}")
+    bad = tmp_path / "bad.waste"
+    shutil.copytree(copy, bad)
+    edit_manifest(bad, lambda m: m.update(format_version=1.5))
+    from tests.engine.conftest import REPO
+
+    env = dict(os.environ, LOCPATH=str(locales))
+    run = subprocess.run([sys.executable, "-c", LOCALE_PROBE, str(lib), str(copy), str(bad)], cwd=REPO, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    assert out["c_formats"] == "2,5", out        # the host's C library really uses a decimal comma
+    assert out["good"] == ["OK", ""], out          # 1e-05, 2.446 ... still parse
+    assert out["bad"][0] == "E_FORMAT" and "format_version 1.5 is not supported" in out["bad"][1], out
