@@ -19,12 +19,19 @@
 #define MAX(a, b) ((a) > (b) ? (a) : (b))
 
 /* ==== sizing ======================================================================= */
-static uint32_t max_width(const wc_config *c) {
-    uint32_t w = c->hidden;
-    uint32_t hd = c->kda_heads * c->kda_dim;
-    uint32_t cand[] = {hd, c->inter, c->moe_inter * MAX(c->n_shared, 1), c->mla_heads * (c->d_nope + c->d_rope),
-                       c->mla_heads * c->d_v, c->mla_heads * (c->d_nope + c->d_v), c->q_rank, c->kv_rank + c->d_rope,
-                       c->mla_heads * c->kv_rank, c->n_experts, c->kda_dim * c->kda_dim};
+/* Overflow-checked u64 arithmetic (engine.md §3): each helper records the first overflow
+ * in *ovf (the value then saturates), and the caller names the quantity that overflowed. */
+static uint64_t cmul(uint64_t a, uint64_t b, int *ovf) { uint64_t r; if (!wu_mul(a, b, &r)) { *ovf = 1; return UINT64_MAX; } return r; }
+static uint64_t cadd(uint64_t a, uint64_t b, int *ovf) { uint64_t r; if (!wu_add(a, b, &r)) { *ovf = 1; return UINT64_MAX; } return r; }
+
+/* The widest activation vector (one scratch buffer): every width is a product of config
+ * values below 2^24, so it is computed in u64 and the caller refuses one above 2^32. */
+static uint64_t max_width(const wc_config *c) {
+    uint64_t w = c->hidden;
+    uint64_t cand[] = {(uint64_t)c->kda_heads * c->kda_dim, c->inter, (uint64_t)c->moe_inter * MAX(c->n_shared, 1),
+                       (uint64_t)c->mla_heads * (c->d_nope + c->d_rope), (uint64_t)c->mla_heads * c->d_v,
+                       (uint64_t)c->mla_heads * (c->d_nope + c->d_v), c->q_rank, (uint64_t)c->kv_rank + c->d_rope,
+                       (uint64_t)c->mla_heads * c->kv_rank, c->n_experts, (uint64_t)c->kda_dim * c->kda_dim};
     for (unsigned i = 0; i < sizeof cand / sizeof cand[0]; i++) w = MAX(w, cand[i]);
     return w;
 }
@@ -37,16 +44,38 @@ static uint64_t embed_row_bytes(const wc_container *c) {
     return e ? wf_row_bytes(e->fmt, e->group, c->cfg.hidden) : 4ull * c->cfg.hidden;
 }
 
-static void buffer_bytes(const wc_container *c, uint32_t ctx_tokens, uint32_t chunk, uint64_t *state, uint64_t *scratch) {
+static int32_t buffer_bytes(const wc_container *c, uint32_t ctx_tokens, uint32_t chunk, uint64_t *state, uint64_t *scratch,
+                            char *err, uint64_t cap) {
     const wc_config *cf = &c->cfg;
-    uint64_t hd = (uint64_t)cf->kda_heads * cf->kda_dim;
-    uint64_t kda = (3 * hd * (cf->conv_k ? cf->conv_k - 1 : 0) + 1) * 4 + (uint64_t)cf->kda_heads * cf->kda_dim * cf->kda_dim * 4;
-    uint64_t mla = (uint64_t)ctx_tokens * (cf->kv_rank + cf->d_rope) * 4;
-    *state = (uint64_t)ctx_tokens * 4 + 3ull * cf->n_layers * sizeof(float *) + kda * cf->n_kda + mla * cf->n_mla +
-             we_table_bytes((uint64_t)c->n_banks * cf->n_experts);
-    uint64_t k = MAX(cf->top_k, 1);
-    *scratch = (3ull * chunk * cf->hidden + 12ull * max_width(cf) + ctx_tokens + cf->vocab) * 4 + (uint64_t)cf->vocab * 16 +
-               2ull * chunk * k * 4 + MAX(cf->n_experts, 1) + embed_row_bytes(c) + 64;
+    int ovf = 0;
+    uint64_t hd = (uint64_t)cf->kda_heads * cf->kda_dim;   /* < 2^24 each: no overflow */
+    /* per KDA layer: conv rings [3][hd][K-1] (+1 float) and S [Hk][d][d]; per MLA layer: [T][r+dr] */
+    uint64_t kda = cadd(cmul(cadd(cmul(3 * hd, cf->conv_k ? cf->conv_k - 1 : 0, &ovf), 1, &ovf), 4, &ovf),
+                        cmul(cmul(hd, cf->kda_dim, &ovf), 4, &ovf), &ovf);
+    uint64_t mla = cmul(cmul(ctx_tokens, (uint64_t)cf->kv_rank + cf->d_rope, &ovf), 4, &ovf);
+    uint64_t st = cadd((uint64_t)ctx_tokens * 4, 3ull * cf->n_layers * sizeof(float *), &ovf);
+    st = cadd(st, cmul(kda, cf->n_kda, &ovf), &ovf);
+    st = cadd(st, cmul(mla, cf->n_mla, &ovf), &ovf);
+    st = cadd(st, cmul((uint64_t)c->n_banks * cf->n_experts, we_table_bytes(1), &ovf), &ovf);
+    if (ovf) {
+        wu_errf(err, cap, "memory sizing overflows u64: state (KDA %llu x %u layers + MLA %llu x %u layers at ctx_tokens %u)",
+                (unsigned long long)kda, cf->n_kda, (unsigned long long)mla, cf->n_mla, ctx_tokens);
+        return WASTE_E_FORMAT;
+    }
+    uint64_t w = max_width(cf), k = MAX(cf->top_k, 1);
+    if (w > UINT32_MAX) {
+        wu_errf(err, cap, "manifest.json: config widths give an activation of %llu floats (above 2^32)", (unsigned long long)w);
+        return WASTE_E_FORMAT;
+    }
+    /* xs, xn, acc [chunk][H]; 12 buffers [maxw]; scores [T]; logits [V] (floats); sampler
+     * pairs [V] x 16; sel, selw [chunk][k]; expert flags [E]; one embedding row. */
+    uint64_t floats = cadd(cadd(cmul(3ull * chunk, cf->hidden, &ovf), 12 * w, &ovf), (uint64_t)ctx_tokens + cf->vocab, &ovf);
+    uint64_t sc = cadd(cmul(floats, 4, &ovf), (uint64_t)cf->vocab * 16, &ovf);
+    sc = cadd(sc, cmul(2ull * chunk * 4, k, &ovf), &ovf);
+    sc = cadd(sc, (uint64_t)MAX(cf->n_experts, 1) + embed_row_bytes(c) + 64, &ovf);
+    if (ovf) { wu_errf(err, cap, "memory sizing overflows u64: scratch (%llu activation floats)", (unsigned long long)floats); return WASTE_E_FORMAT; }
+    *state = st; *scratch = sc;
+    return WASTE_OK;
 }
 
 int32_t wm_sizing_compute(const wc_container *c, uint32_t ctx_tokens, uint32_t chunk, uint64_t budget_cfg,
@@ -54,15 +83,31 @@ int32_t wm_sizing_compute(const wc_container *c, uint32_t ctx_tokens, uint32_t c
     const wc_config *cf = &c->cfg;
     memset(s, 0, sizeof *s);
     s->trunk = c->resident_bytes;
-    buffer_bytes(c, ctx_tokens, chunk, &s->state, &s->scratch);
+    int32_t st = buffer_bytes(c, ctx_tokens, chunk, &s->state, &s->scratch, err, cap);
+    if (st) return st;
     s->vision = 0;
     s->record = c->max_record_bytes;
-    s->min_cache = c->n_banks ? 2ull * cf->top_k * s->record : 0;
-    s->floor = s->trunk + s->state + s->scratch + s->vision + s->min_cache;
-    s->working_set = (uint64_t)c->n_banks * cf->top_k * s->record;
+    int ovf = 0;
+    s->min_cache = c->n_banks ? cmul(2ull * cf->top_k, s->record, &ovf) : 0;
+    s->floor = cadd(cadd(cadd(cadd(s->trunk, s->state, &ovf), s->scratch, &ovf), s->vision, &ovf), s->min_cache, &ovf);
+    if (ovf) {
+        wu_errf(err, cap, "memory sizing overflows u64: floor = trunk %llu + state %llu + scratch %llu + vision %llu + min cache "
+                "(2 x top_k %u x record %llu)", (unsigned long long)s->trunk, (unsigned long long)s->state,
+                (unsigned long long)s->scratch, (unsigned long long)s->vision, cf->top_k, (unsigned long long)s->record);
+        return WASTE_E_FORMAT;
+    }
+    s->working_set = cmul(cmul(c->n_banks, cf->top_k, &ovf), s->record, &ovf);   /* <= every expert: checked at parse */
     s->experts = c->all_expert_bytes;
+    uint64_t all_cached = cadd(s->floor - s->min_cache, s->experts, &ovf);
+    if (ovf) {
+        wu_errf(err, cap, "memory sizing overflows u64: floor %llu - min cache + every expert %llu", (unsigned long long)s->floor,
+                (unsigned long long)s->experts);
+        return WASTE_E_FORMAT;
+    }
+    /* floor + 3·WS may exceed u64 only when it exceeds all_cached too: saturate, min() wins. */
+    int wide = 0;
+    s->recommended = MIN(cadd(s->floor, cmul(3, s->working_set, &wide), &wide), all_cached);
     s->usable = waste_usable_ram();
-    s->recommended = MIN(s->floor + 3 * s->working_set, s->floor - s->min_cache + s->experts);
     uint64_t three_q = s->usable / 4 * 3;
     s->auto_budget = MAX(s->floor, MIN(three_q, s->recommended));
     if (budget_cfg == 0) {
@@ -87,6 +132,7 @@ int32_t wm_sizing_compute(const wc_container *c, uint32_t ctx_tokens, uint32_t c
         s->budget = budget_cfg;
     }
     if (s->record) {
+        /* budget >= floor >= min cache, and budget <= usable RAM: no wrap. */
         uint64_t slots = (s->budget - s->floor + s->min_cache) / s->record;
         uint64_t all = (uint64_t)c->n_banks * cf->n_experts;
         s->slots = MIN(slots, all);
@@ -267,7 +313,7 @@ int32_t wm_alloc_state(waste_ctx *ctx, uint64_t *bytes, char *err, uint64_t cap)
             if (!ctx->lat[l]) goto oom;
         }
     }
-    ctx->maxw = max_width(c);
+    ctx->maxw = (uint32_t)max_width(c);   /* buffer_bytes refused a width above 2^32 */
     ctx->xs = counted((uint64_t)chunk * c->hidden, sizeof(float), &sum);
     ctx->xn = counted((uint64_t)chunk * c->hidden, sizeof(float), &sum);
     ctx->acc = counted((uint64_t)chunk * c->hidden, sizeof(float), &sum);

@@ -422,3 +422,37 @@ def test_json_numbers_and_details_ignore_the_host_locale(lib, copy, tmp_path):
     assert out["c_formats"] == "2,5", out        # the host's C library really uses a decimal comma
     assert out["good"] == ["OK", ""], out          # 1e-05, 2.446 ... still parse
     assert out["bad"][0] == "E_FORMAT" and "format_version 1.5 is not supported" in out["bad"][1], out
+
+
+# ---- engine.md §3/§5: overflow-checked sizing ---------------------------------------------
+def test_a_floor_beyond_u64_is_refused_naming_the_sum(lib, copy):
+    """16,383 canonical [2^24, 2^24] f32 tensors (2^50 bytes each) make a trunk just under
+    2^64 — resident bytes fit — and two MLA layers with kv_lora_rank 2^24 at ctx_tokens 2^24
+    add 2^51 bytes of state: the floor sum overflows u64 (it used to wrap)."""
+    from waste.tools.eval import open_library
+
+    n_kda = 1366
+    big = 1 << 24
+
+    def grow(m):
+        cfg = m["config"]
+        cfg.update(num_hidden_layers=n_kda + 2, kv_lora_rank=big,
+                   layer_types=["linear_attention"] * n_kda + ["full_attention"] * 2)
+        drop_banks_and_sparse(m)
+        mats = ("q_proj", "k_proj", "v_proj", "f_a", "f_b", "b_proj", "g_a", "g_b", "o_proj")
+        names = [f"blk.{l}.kda.{x}" for l in range(n_kda) for x in mats] + \
+                [f"blk.{l}.ffn.{x}" for l in range(n_kda) for x in ("gate", "up", "down")]
+        m["tensors"] = [dict(name=n, format="f32", group=0, shape=[big, big], file="trunk.bin", offset=0,
+                             length=4 * big * big, on_disk=False) for n in names[:16383]]
+
+    edit_manifest(copy, grow)
+    ffi, clib = open_library(lib)
+    cfg = ffi.new("waste_cfg *")
+    clib.waste_cfg_init(cfg)
+    cfg.ctx_tokens = big
+    plan = ffi.new("waste_plan *")
+    clib.waste_plan_init(plan)
+    err = ffi.new("char[1024]")
+    st = clib.waste_plan_memory(str(copy).encode(), cfg, plan, err, 1024)
+    detail = ffi.string(err).decode()
+    assert st == -2 and "memory sizing overflows u64: floor = trunk 18445618173802708992" in detail, (st, detail)
