@@ -426,12 +426,13 @@ int32_t wc_open_manifest(const char *dir, wc_container *c, char *err, uint64_t c
     if (strlen(dir) >= 900) { wu_errf(err, cap, "container path too long"); return WASTE_E_ARG; }
     snprintf(c->dir, sizeof c->dir, "%s", dir);
     char path[1100]; snprintf(path, sizeof path, "%s/manifest.json", dir);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) { wu_errf(err, cap, "%s: cannot open: %s", path, strerror(errno)); return WASTE_E_IO; }
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) { close(fd); wu_errf(err, cap, "%s: not a regular file", path); return WASTE_E_IO; }
-    if ((uint64_t)st.st_size > MAX_MANIFEST) { close(fd); wu_errf(err, cap, "%s: larger than 16 MiB", path); return WASTE_E_FORMAT; }
-    c->manifest_len = (uint64_t)st.st_size;
+    int fd;
+    uint64_t size;
+    int o = wu_open_regular(path, 0, &fd, &size);
+    if (o == -2) { wu_errf(err, cap, "%s: not a regular file", path); return WASTE_E_IO; }
+    if (o) { wu_errf(err, cap, "%s: cannot open: %s", path, strerror(errno)); return WASTE_E_IO; }
+    if (size > MAX_MANIFEST) { close(fd); wu_errf(err, cap, "%s: larger than 16 MiB", path); return WASTE_E_FORMAT; }
+    c->manifest_len = size;
     c->manifest_text = malloc((size_t)c->manifest_len + 1);
     if (!c->manifest_text) { close(fd); wu_errf(err, cap, "out of memory"); return WASTE_E_NOMEM; }
     int r = wu_pread_full(fd, c->manifest_text, c->manifest_len, 0);
@@ -510,11 +511,9 @@ int32_t wc_open_data(wc_container *c, int direct_io, int verify, char *io_note, 
                      char *err, uint64_t cap) {
     (void)verify;
     char path[1100]; snprintf(path, sizeof path, "%s/trunk.bin", c->dir);
-    c->trunk_fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (c->trunk_fd < 0) { wu_errf(err, cap, "%s: cannot open: %s", path, strerror(errno)); return WASTE_E_IO; }
-    struct stat st;
-    if (fstat(c->trunk_fd, &st) != 0) { wu_errf(err, cap, "%s: stat failed", path); return WASTE_E_IO; }
-    c->trunk_file_size = (uint64_t)st.st_size;
+    int o = wu_open_regular(path, 0, &c->trunk_fd, &c->trunk_file_size);
+    if (o == -2) { wu_errf(err, cap, "%s: not a regular file", path); return WASTE_E_IO; }
+    if (o) { wu_errf(err, cap, "%s: cannot open: %s", path, strerror(errno)); return WASTE_E_IO; }
     for (uint32_t i = 0; i < c->n_tensors; i++) {
         const wc_tensor *t = &c->tensors[i];
         uint64_t end;
@@ -541,14 +540,15 @@ int32_t wc_open_data(wc_container *c, int direct_io, int verify, char *io_note, 
     uint8_t *probe = NULL;
     for (uint32_t i = 0; i < c->n_banks; i++) {
         wc_bank *b = &c->banks[i];
-        b->fd = open(b->path, O_RDONLY | O_CLOEXEC);
-        if (b->fd < 0) { wu_errf(err, cap, "%s: cannot open (layer %u): %s", b->path, b->layer, strerror(errno)); free(probe); return WASTE_E_IO; }
-        if (fstat(b->fd, &st) != 0) { wu_errf(err, cap, "%s: stat failed", b->path); free(probe); return WASTE_E_IO; }
+        uint64_t bank_size = 0;
+        o = wu_open_regular(b->path, 0, &b->fd, &bank_size);
+        if (o == -2) { wu_errf(err, cap, "%s: not a regular file (layer %u)", b->path, b->layer); free(probe); return WASTE_E_IO; }
+        if (o) { wu_errf(err, cap, "%s: cannot open (layer %u): %s", b->path, b->layer, strerror(errno)); free(probe); return WASTE_E_IO; }
         uint64_t need = 0;
         if (!wu_mul(b->record_bytes, b->n_experts, &need) || !wu_add(need, BANK_HEADER, &need)) { free(probe); return WASTE_E_FORMAT; }
-        if ((uint64_t)st.st_size != need) {
+        if (bank_size != need) {
             wu_errf(err, cap, "%s: size %llu bytes but header + %u records of %llu bytes = %llu (truncated or padded bank, layer %u)",
-                    b->path, (unsigned long long)st.st_size, b->n_experts, (unsigned long long)b->record_bytes,
+                    b->path, (unsigned long long)bank_size, b->n_experts, (unsigned long long)b->record_bytes,
                     (unsigned long long)need, b->layer);
             free(probe); return WASTE_E_FORMAT;
         }
@@ -557,8 +557,11 @@ int32_t wc_open_data(wc_container *c, int direct_io, int verify, char *io_note, 
         int32_t hs = check_bank_header(b, hdr, err, cap);
         if (hs) { free(probe); return hs; }
         if (direct_io) {
-            int dfd = open(b->path, O_RDONLY | O_CLOEXEC | O_DIRECT);
-            int ok = 0;
+            int dfd = -1, ok = 0;
+            uint64_t dsize = 0;
+            /* Reopened by name: check again that it is the same regular file's size. */
+            int od = wu_open_regular(b->path, O_DIRECT, &dfd, &dsize);
+            if (od == 0 && dsize != bank_size) { close(dfd); dfd = -1; }
             if (dfd >= 0) {
                 if (!probe && (probe = wu_aligned_alloc(4096, c->max_record_bytes))) c->probe_bytes = c->max_record_bytes;
                 if (probe && wu_pread_full(dfd, probe, b->record_bytes, BANK_HEADER) == 0) ok = 1;

@@ -37,6 +37,10 @@ void wu_sanitize(char *err, uint64_t cap);
 /* Overflow-checked u64 arithmetic: return 0 on overflow. */
 int wu_mul(uint64_t a, uint64_t b, uint64_t *out);
 int wu_add(uint64_t a, uint64_t b, uint64_t *out);
+/* Opens path O_RDONLY | O_CLOEXEC | extra_flags without blocking on a FIFO and keeps it
+ * only if it is a regular file (O_NONBLOCK cleared again); *size = its size. 0 on success,
+ * -1 open/fstat failed (errno set), -2 not a regular file. */
+int wu_open_regular(const char *path, int extra_flags, int *fd_out, uint64_t *size);
 /* Reads exactly len bytes at off, looping on EINTR and short reads; -1 error, -2 EOF. */
 int wu_pread_full(int fd, void *buf, uint64_t len, uint64_t off);
 uint64_t wu_read_u64le(const uint8_t *p);

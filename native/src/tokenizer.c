@@ -9,11 +9,14 @@
 #include "tokenizer.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "unicode_tables.h"
 
@@ -52,42 +55,51 @@ __attribute__((format(printf, 3, 4))) static void set_err(char *err, uint64_t ca
     va_end(ap);
 }
 
+/* Reads a whole tokenizer file. Only a regular file is read (opened with O_NONBLOCK so a
+ * FIFO cannot block, fstat-checked, then back to blocking reads) and at most
+ * WT_MAX_FILE_BYTES of it: /dev/zero or a huge file is refused, not read until OOM. */
 static int32_t read_file(const char *path, uint8_t **data, uint64_t *len, char *err,
                          uint64_t cap)
 {
     *data = NULL;
     *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
         set_err(err, cap, "%s: cannot open: %s", path, strerror(errno));
         return WT_E_IO;
     }
-    uint64_t size = 0, alloc = 1 << 16;
-    uint8_t *buf = malloc(alloc);
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        set_err(err, cap, "%s: not a regular file", path);
+        return WT_E_IO;
+    }
+    uint64_t size = (uint64_t)st.st_size;
+    if (size > WT_MAX_FILE_BYTES) {
+        close(fd);
+        set_err(err, cap, "%s: %llu bytes, above the %u MiB limit for tokenizer files", path,
+                (unsigned long long)size, WT_MAX_FILE_BYTES >> 20);
+        return WT_E_FORMAT;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    uint8_t *buf = malloc((size_t)size + 1);
     if (buf == NULL) {
-        fclose(f);
+        close(fd);
         return WT_E_NOMEM;
     }
-    for (;;) {
-        if (size == alloc) {
-            uint8_t *grown = alloc > UINT64_MAX / 2 ? NULL : realloc(buf, alloc * 2);
-            if (grown == NULL) {
-                free(buf);
-                fclose(f);
-                return WT_E_NOMEM;
-            }
-            buf = grown;
-            alloc *= 2;
-        }
-        size_t got = fread(buf + size, 1, (size_t)(alloc - size), f);
-        size += got;
-        if (got == 0) break;
+    uint64_t got = 0;
+    while (got < size) {
+        ssize_t r = pread(fd, buf + got, (size_t)(size - got), (off_t)got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        got += (uint64_t)r;
     }
-    int failed = ferror(f);
-    fclose(f);
-    if (failed) {
+    close(fd);
+    if (got != size) {
         free(buf);
-        set_err(err, cap, "%s: read error", path);
+        set_err(err, cap, "%s: read error (%llu of %llu bytes)", path, (unsigned long long)got,
+                (unsigned long long)size);
         return WT_E_IO;
     }
     *data = buf;

@@ -40,6 +40,9 @@
 #define WT_E_ARG (-5)     /* NULL argument, id out of range, invalid UTF-8 */
 #define WT_E_SPACE (-10)  /* output too small; *n_out = the number of ids needed */
 
+/* The largest tokenizer.tiktoken / specials.json read (Kimi's rank file is ~2.8 MB). */
+#define WT_MAX_FILE_BYTES (64u << 20)
+
 /* Kimi's pre-chunking limits (code points). */
 #define WT_MAX_ENCODE_CHARS 400000u
 #define WT_MAX_RUN_CHARS 25000u
@@ -48,7 +51,8 @@ typedef struct wt_tokenizer wt_tokenizer;
 
 /* Loads ranks (and specials when specials_path is not NULL). On failure *out is NULL and
  * err (err_cap bytes, always NUL-terminated when err_cap > 0) says what failed, naming
- * the file and line (E_FORMAT) or the file and the OS reason (E_IO). */
+ * the file and line (E_FORMAT) or the file and the OS reason (E_IO). A file that is not a
+ * regular file is E_IO; one above WT_MAX_FILE_BYTES is E_FORMAT. */
 int32_t wt_tokenizer_load(const char *ranks_path, const char *specials_path,
                           wt_tokenizer **out, char *err, uint64_t err_cap);
 

@@ -1,11 +1,13 @@
 /* util.c — small shared helpers: crc32 (IEEE), FNV-1a, fp16/bf16 decoding, errors,
  * overflow-checked arithmetic, exact preads and the monotonic clock. */
 #include <errno.h>
+#include <fcntl.h>
 #include <locale.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -158,6 +160,21 @@ int wu_mul(uint64_t a, uint64_t b, uint64_t *out) {
 int wu_add(uint64_t a, uint64_t b, uint64_t *out) {
     if (b > UINT64_MAX - a) return 0;
     *out = a + b; return 1;
+}
+
+int wu_open_regular(const char *path, int extra_flags, int *fd_out, uint64_t *size) {
+    *fd_out = -1;
+    /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | extra_flags);
+    if (fd < 0) return -1;
+    struct stat st;
+    if (fstat(fd, &st) != 0) { int e = errno; close(fd); errno = e; return -1; }
+    if (!S_ISREG(st.st_mode)) { close(fd); return -2; }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) { int e = errno; close(fd); errno = e; return -1; }
+    *fd_out = fd;
+    if (size) *size = (uint64_t)st.st_size;
+    return 0;
 }
 
 int wu_pread_full(int fd, void *buf, uint64_t len, uint64_t off) {

@@ -456,3 +456,58 @@ def test_a_floor_beyond_u64_is_refused_naming_the_sum(lib, copy):
     st = clib.waste_plan_memory(str(copy).encode(), cfg, plan, err, 1024)
     detail = ffi.string(err).decode()
     assert st == -2 and "memory sizing overflows u64: floor = trunk 18445618173802708992" in detail, (st, detail)
+
+
+# ---- FIFOs, devices and huge files are refused by name, never waited on -----------------
+OPEN_PROBE = r'''
+import json, sys
+from tests.engine.native import try_open
+st, detail, ctx = try_open(sys.argv[1], sys.argv[2], usage_path=sys.argv[3])
+note = ""
+if ctx is not None:
+    note = ctx.ffi.string(ctx.stats().usage_note).decode()
+    ctx.close()
+print(json.dumps([st, detail, note]))
+'''
+
+
+def open_in_subprocess(lib, path, usage_path=""):
+    """try_open in a child with a timeout: a library that blocks on a FIFO fails, not hangs."""
+    import subprocess
+    import sys
+
+    from tests.engine.conftest import REPO
+
+    run = subprocess.run([sys.executable, "-c", OPEN_PROBE, str(lib), str(path), usage_path], cwd=REPO,
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("name", ["manifest.json", "trunk.bin", "experts-L1.bin", "tokenizer.tiktoken", "specials.json"])
+def test_a_fifo_in_place_of_a_container_file_is_refused(lib, copy, name):
+    (copy / name).unlink()
+    os.mkfifo(copy / name)
+    st, detail, _ = open_in_subprocess(lib, copy)
+    assert st == "E_IO" and f"{name}: not a regular file" in detail, detail
+
+
+def test_a_fifo_hotlist_is_ignored_not_waited_on(lib, copy):
+    os.mkfifo(copy / "usage.waste")
+    st, detail, note = open_in_subprocess(lib, copy, usage_path=str(copy / "usage.waste"))
+    assert st == "OK" and "usage.waste ignored: not a regular file" in note, (st, detail, note)
+
+
+def test_a_device_as_specials_is_refused(lib, copy):
+    (copy / "specials.json").unlink()
+    os.symlink("/dev/zero", copy / "specials.json")
+    st, detail, _ = open_in_subprocess(lib, copy)
+    assert st == "E_IO" and "specials.json: not a regular file" in detail, detail
+
+
+@pytest.mark.parametrize("name", ["tokenizer.tiktoken", "specials.json"])
+def test_tokenizer_files_have_a_size_limit(lib, copy, name):
+    with open(copy / name, "r+b") as f:
+        f.truncate((64 << 20) + 1)                                    # sparse: nothing is written
+    st, detail, _ = open_in_subprocess(lib, copy)
+    assert st == "E_FORMAT" and f"{name}: 67108865 bytes, above the 64 MiB limit" in detail, detail
