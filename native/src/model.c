@@ -398,10 +398,12 @@ static void kda_step(waste_ctx *ctx, uint32_t l, const float *xn, float *out) {
     float *p[3] = {ctx->buf[0], ctx->buf[1], ctx->buf[2]};   /* q, k, v: [hd] */
     float *fa = ctx->buf[3], *g = ctx->buf[4], *beta = ctx->buf[5], *z = ctx->buf[6], *y = ctx->buf[7];
     float *r = ctx->buf[8], *delta = ctx->buf[9];
+    // xn: [H] -> p[q|k|v]: [hd] (hd = Hk * d)
     matvec(ctx, &L->q_proj, xn, p[0]);
     matvec(ctx, &L->k_proj, xn, p[1]);
     matvec(ctx, &L->v_proj, xn, p[2]);
     /* Short conv over the last K-1 pre-conv inputs plus the current one, then SiLU. */
+    // conv state st: [3][hd][K-1] (oldest tap first), taps w: [hd][K]
     for (int ch = 0; ch < 3; ch++) {
         float *st = ctx->conv[l] + (uint64_t)ch * hd * (K - 1);
         const float *w = L->conv[ch];
@@ -417,6 +419,7 @@ static void kda_step(waste_ctx *ctx, uint32_t l, const float *xn, float *out) {
     }
     float *q = p[0], *k = p[1], *v = p[2];
     float qscale = 1.0f / sqrtf((float)d);
+    // q, k: [Hk][d], L2-normalised per head
     for (uint32_t h = 0; h < Hk; h++) {
         float sq = 0.0f, sk = 0.0f;
         for (uint32_t i = 0; i < d; i++) { sq += q[h * d + i] * q[h * d + i]; sk += k[h * d + i] * k[h * d + i]; }
@@ -424,17 +427,20 @@ static void kda_step(waste_ctx *ctx, uint32_t l, const float *xn, float *out) {
         for (uint32_t i = 0; i < d; i++) { q[h * d + i] = q[h * d + i] / nq * qscale; k[h * d + i] = k[h * d + i] / nk; }
     }
     /* Per-channel decay gate g = -exp(A_log[h]) * softplus(f_b(f_a x) + dt_bias). */
+    // xn: [H] -> fa: [d] -> g: [hd]; a_log: [Hk], dt_bias: [hd]
     matvec(ctx, &L->f_a, xn, fa);
     matvec(ctx, &L->f_b, fa, g);
     for (uint32_t i = 0; i < hd; i++) {
         float a = g[i] + L->dt_bias[i];
         g[i] = -wn_expf(L->a_log[i / d]) * softplusf_(a);
     }
+    // beta: [Hk]; z: [hd] (via g_a: [d])
     matvec(ctx, &L->b_proj, xn, beta);
     for (uint32_t h = 0; h < Hk; h++) beta[h] = sigmoidf_(beta[h]);
     matvec(ctx, &L->g_a, xn, fa);
     matvec(ctx, &L->g_b, fa, z);
     /* Delta rule per head, decay first. S: [d keys][d values]. */
+    // S: [Hk][d][d]; r, delta: [d]; y: [Hk][d] -> out: [H]
     for (uint32_t h = 0; h < Hk; h++) {
         float *S = ctx->S[l] + (uint64_t)h * d * d;
         const float *kh = k + h * d, *qh = q + h * d, *vh = v + h * d, *gh = g + h * d;
@@ -465,6 +471,7 @@ static void mla_step(waste_ctx *ctx, uint32_t l, const float *xn, uint64_t pos, 
     uint32_t nh = c->mla_heads, dn = c->d_nope, dr = c->d_rope, dv = c->d_v, r = c->kv_rank, lw = r + dr;
     float *q = ctx->buf[0], *qa = ctx->buf[1], *ckv = ctx->buf[2], *qabs = ctx->buf[3], *ctxc = ctx->buf[4];
     float *o = ctx->buf[5], *row = ctx->buf[6];
+    // xn: [H] -> q: [nh][dn + dr] (via qa: [q_rank] with q-LoRA)
     if (c->q_rank) {
         matvec(ctx, &L->mq_a, xn, qa);
         rmsnorm(qa, qa, L->q_a_norm, c->q_rank, c->mla_eps);
@@ -472,6 +479,7 @@ static void mla_step(waste_ctx *ctx, uint32_t l, const float *xn, uint64_t pos, 
     } else {
         matvec(ctx, &L->mq, xn, q);
     }
+    // ckv: [r + dr]; latent cache lat: [ctx_tokens][r + dr] = (c_kv normed, k_r) per position
     matvec(ctx, &L->kv_a, xn, ckv);
     float *lat = ctx->lat[l];
     float *cur = lat + pos * lw;
@@ -481,12 +489,14 @@ static void mla_step(waste_ctx *ctx, uint32_t l, const float *xn, uint64_t pos, 
     for (uint32_t h = 0; h < nh; h++) {
         const float *qn = q + (uint64_t)h * (dn + dr), *qr = qn + dn;
         /* q_n · (W_kn c) = (W_knᵀ q_n) · c: fold the nope rows of kv_b into the query. */
+        // kv_b: [nh][dn + dv][r]; qabs: [r]; row: [r]
         for (uint32_t j = 0; j < r; j++) qabs[j] = 0.0f;
         for (uint32_t i = 0; i < dn; i++) {
             wk_decode_row(&L->kv_b, h * (dn + dv) + i, row);
             float qi = qn[i];
             for (uint32_t j = 0; j < r; j++) qabs[j] += qi * row[j];
         }
+        // scores: [pos + 1], in position order
         float mx = -INFINITY;
         for (uint64_t t = 0; t <= pos; t++) {
             const float *lt = lat + t * lw;
@@ -497,6 +507,7 @@ static void mla_step(waste_ctx *ctx, uint32_t l, const float *xn, uint64_t pos, 
         }
         float sum = 0.0f;
         for (uint64_t t = 0; t <= pos; t++) { ctx->scores[t] = wn_expf(ctx->scores[t] - mx); sum += ctx->scores[t]; }
+        // ctxc: [r] = sum_t p_t c_kv[t]; o_h: [dv] = W_v ctxc
         for (uint32_t j = 0; j < r; j++) ctxc[j] = 0.0f;
         for (uint64_t t = 0; t <= pos; t++) {
             float pt = ctx->scores[t] / sum;
@@ -505,6 +516,7 @@ static void mla_step(waste_ctx *ctx, uint32_t l, const float *xn, uint64_t pos, 
         }
         for (uint32_t i = 0; i < dv; i++) o[h * dv + i] = wk_dot_row(ctx->k, &L->kv_b, h * (dn + dv) + dn + i, ctxc);
     }
+    // o: [nh][dv] -> out: [H]
     matvec(ctx, &L->mo, o, out);
 }
 
@@ -512,6 +524,7 @@ static void mla_step(waste_ctx *ctx, uint32_t l, const float *xn, uint64_t pos, 
 /* y = down(silu(gate x) ⊙ up x) */
 static void swiglu(waste_ctx *ctx, const wm_mat *gate, const wm_mat *up, const wm_mat *down, const float *x, float *y) {
     float *g = ctx->buf[9], *u = ctx->buf[10];
+    // x: [H] -> g, u: [I] (gate->rows) -> y: [H]
     matvec(ctx, gate, x, g);
     matvec(ctx, up, x, u);
     for (uint32_t i = 0; i < gate->rows; i++) g[i] = siluf_(g[i]) * u[i];
@@ -521,6 +534,7 @@ static void swiglu(waste_ctx *ctx, const wm_mat *gate, const wm_mat *up, const w
 static void route(waste_ctx *ctx, const wm_layer *L, const float *xn, int32_t *sel, float *w) {
     const wc_config *c = &ctx->c.cfg;
     float *s = ctx->buf[11];
+    // xn: [H] -> s: [E]; sel, w: [top_k]
     matvec(ctx, &L->router, xn, s);
     for (uint32_t e = 0; e < c->n_experts; e++) s[e] = sigmoidf_(s[e]);
     /* Top-k by s + bias, ties to the lower id; the bias only selects. */
@@ -549,6 +563,7 @@ static int32_t moe_chunk(waste_ctx *ctx, uint32_t l, uint32_t n) {
     uint32_t H = c->hidden, k = c->top_k;
     float *y = ctx->buf[8];
     memset(ctx->expert_used, 0, c->n_experts);
+    // xn, acc: [n][H]; sel, selw: [n][k]; expert_used: [E]
     for (uint32_t t = 0; t < n; t++) {
         route(ctx, L, ctx->xn + (uint64_t)t * H, ctx->sel + (uint64_t)t * k, ctx->selw + (uint64_t)t * k);
         for (uint32_t j = 0; j < k; j++) ctx->expert_used[ctx->sel[(uint64_t)t * k + j]] = 1;
@@ -562,6 +577,7 @@ static int32_t moe_chunk(waste_ctx *ctx, uint32_t l, uint32_t n) {
         int32_t st = we_get(ctx, (uint32_t)L->bank, e, &rec);
         if (st) return st;
         const uint8_t *body = rec + 256;
+        // record body: gate [I][H], up [I][H], down [H][I] (docs/FORMAT.md §5)
         wm_mat mg = {b->fmt, b->group, b->rows[0], b->cols[0], wf_row_bytes(b->fmt, b->group, b->cols[0]), body + b->block_off[0]};
         wm_mat mu = {b->fmt, b->group, b->rows[1], b->cols[1], wf_row_bytes(b->fmt, b->group, b->cols[1]), body + b->block_off[1]};
         wm_mat md = {b->fmt, b->group, b->rows[2], b->cols[2], wf_row_bytes(b->fmt, b->group, b->cols[2]), body + b->block_off[2]};
@@ -576,6 +592,7 @@ static int32_t moe_chunk(waste_ctx *ctx, uint32_t l, uint32_t n) {
         }
         we_unpin_all(&ctx->cache);
     }
+    // shared experts last, then the residual: xs: [n][H] += acc
     for (uint32_t t = 0; t < n; t++) {
         float *a = ctx->acc + (uint64_t)t * H;
         if (L->has_ffn) {
@@ -593,6 +610,7 @@ int32_t wm_forward(waste_ctx *ctx, const int32_t *ids, uint32_t n, int want_logi
     const wc_config *c = &ctx->c.cfg;
     uint32_t H = c->hidden;
     double t0 = wu_now_ms();
+    // ids: [n] -> xs: [n][H] (the residual stream of the chunk)
     for (uint32_t t = 0; t < n; t++) {
         int32_t st = wc_read_embed_row(&ctx->c, ctx->embed, (uint32_t)ids[t], ctx->row_tmp, ctx->xs + (uint64_t)t * H,
                                        ctx->err, sizeof ctx->err);
@@ -602,6 +620,7 @@ int32_t wm_forward(waste_ctx *ctx, const int32_t *ids, uint32_t n, int want_logi
     float *mix = ctx->acc;
     for (uint32_t l = 0; l < c->n_layers; l++) {
         const wm_layer *L = &ctx->layers[l];
+        // mixer token by token (recurrent): x: [H], xin = xn[0]: [H], o = acc[0]: [H]
         for (uint32_t t = 0; t < n; t++) {
             float *x = ctx->xs + (uint64_t)t * H, *xin = ctx->xn, *o = mix;
             rmsnorm(xin, x, L->attn_norm, H, c->rms_eps);
@@ -609,6 +628,7 @@ int32_t wm_forward(waste_ctx *ctx, const int32_t *ids, uint32_t n, int want_logi
             else kda_step(ctx, l, xin, o);
             for (uint32_t i = 0; i < H; i++) x[i] += o[i];
         }
+        // FFN input for the whole chunk: xn: [n][H]
         for (uint32_t t = 0; t < n; t++)
             rmsnorm(ctx->xn + (uint64_t)t * H, ctx->xs + (uint64_t)t * H, L->ffn_norm, H, c->rms_eps);
         if (L->is_moe) {
@@ -627,6 +647,7 @@ int32_t wm_forward(waste_ctx *ctx, const int32_t *ids, uint32_t n, int want_logi
     ctx->pos += n;
     if (want_logits) {
         float *h = ctx->buf[0];
+        // last position only: h: [H] -> logits: [V]
         rmsnorm(h, ctx->xs + (uint64_t)(n - 1) * H, ctx->final_norm, H, c->rms_eps);
         matvec(ctx, &ctx->lm_head, h, ctx->logits);
         ctx->has_logits = 1;
