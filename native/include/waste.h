@@ -13,14 +13,16 @@
  * and stays valid until the next call on that ctx; calls without a ctx (plan, open)
  * write it into the caller's `err`/`err_cap` buffer instead (always NUL-terminated
  * when err_cap > 0). Details name the file, offset, layer, expert, tensor or field.
- * E_IO, E_FORMAT or E_NOMEM during eval/generate poison the ctx: eval, generate and
- * snapshot_save then return E_STATE until waste_reset. Other failures leave the ctx
- * unchanged.
+ * E_IO, E_FORMAT, E_NOMEM or E_BUDGET (no evictable expert slot) during eval/generate
+ * poison the ctx: eval, generate, snapshot_save and snapshot_load then return E_STATE
+ * until waste_reset. Other failures leave the ctx unchanged. Every failing call sets a
+ * non-empty detail.
  *
  * Threads. A ctx is not thread-safe; an atomic in-call flag turns concurrent or
- * re-entrant use into E_BUSY. waste_abort, waste_get_stats and waste_get_model_info may
- * be called from any thread at any time (inside the token callback only abort and
- * get_stats are allowed). Contexts share nothing.
+ * re-entrant use into E_BUSY (and waste_close during a call into a no-op). waste_abort,
+ * waste_get_stats and waste_get_model_info may be called from any thread at any time
+ * (inside the token callback only abort and get_stats are allowed). Contexts share
+ * nothing.
  *
  * Ownership. The library owns the waste_ctx (free it with waste_close, NULL-safe) and
  * every `const char *` it returns (static strings, or ctx-owned text valid until the
@@ -61,7 +63,7 @@ extern "C" {
 
 /* WASTE_CDEF_BEGIN */
 
-#define WASTE_API_VERSION 2
+#define WASTE_API_VERSION 3
 
 /* Status codes (engine.md §1). */
 typedef enum {
@@ -92,9 +94,13 @@ typedef enum {
     WASTE_CACHE_LRU = 1
 } waste_cache_policy;
 
+/* Kernel sets (cfg.kernels). All give bit-identical logits (engine.md §4.3); a named SIMD
+ * set the CPU lacks (or this build has not) is E_UNSUPPORTED at plan/open, naming it. */
 typedef enum {
     WASTE_KERNELS_AUTO = 0,    /* best of avx512 / avx2 / generic detected at runtime */
-    WASTE_KERNELS_GENERIC = 1  /* portable C; bit-identical results by construction */
+    WASTE_KERNELS_GENERIC = 1, /* portable C */
+    WASTE_KERNELS_AVX2 = 2,    /* needs AVX2 and FMA */
+    WASTE_KERNELS_AVX512 = 3   /* needs AVX-512F */
 } waste_kernels;
 
 typedef struct waste_ctx waste_ctx;
@@ -122,7 +128,7 @@ typedef struct {
     uint32_t io_threads;        /* [0] non-zero returns E_UNSUPPORTED for now */
     uint32_t lookahead;         /* [0] non-zero returns E_UNSUPPORTED for now */
     int32_t tokenizer_only;     /* [0] load the tokenizer and manifest only */
-    int32_t kernels;            /* [WASTE_KERNELS_AUTO] */
+    int32_t kernels;            /* [WASTE_KERNELS_AUTO] a waste_kernels value */
 } waste_cfg;
 
 /* Memory plan (engine.md §5): what open would allocate, from the manifest alone. */
@@ -214,6 +220,10 @@ typedef struct {
     double decode_ms;
     int32_t direct_io;
     uint32_t reserved0;
+    uint32_t tail_len;          /* bytes in tail (0..3) */
+    char tail[4];               /* UTF-8 bytes still held back when generation ended without
+                                 * a final flush (callback stop, abort, an error after the
+                                 * first token): pieces + tail == detokenize(delivered ids) */
 } waste_gen_result;
 
 /* Cumulative since open; filled from atomics, callable from any thread. */
@@ -247,13 +257,17 @@ typedef struct {
                                  * it was read cleanly, absent, or usage_path is "" */
 } waste_stats;
 
-/* Static calls: safe from any thread. */
-const char *waste_version(void);
-uint32_t waste_api_version(void);
+/* ---- static calls: safe from any thread, no ctx ------------------------------------ */
+const char *waste_version(void);            /* "0.1.0"; static storage */
+uint32_t waste_api_version(void);           /* WASTE_API_VERSION of the built library */
+/* The compiler, the kernel sets built and the one AUTO selects (generic/avx2/avx512),
+ * format_version and O_DIRECT support; static storage. */
 const char *waste_build_info(void);
-const char *waste_status_name(int32_t status);
+const char *waste_status_name(int32_t status);   /* "E_IO", ...; "E_UNKNOWN" otherwise */
+/* min(physical RAM, the cgroup memory.max / memory.high limits up the cgroup path). */
 uint64_t waste_usable_ram(void);
 
+/* Fill defaults and struct_size; NULL-safe. Call before setting fields. */
 void waste_cfg_init(waste_cfg *cfg);
 void waste_plan_init(waste_plan *plan);
 void waste_model_info_init(waste_model_info *info);
@@ -261,37 +275,126 @@ void waste_gen_params_init(waste_gen_params *params);
 void waste_gen_result_init(waste_gen_result *res);
 void waste_stats_init(waste_stats *stats);
 
+/* ---- plan and open ------------------------------------------------------------------- */
+/* Fills *plan from the manifest alone (no data file is read, nothing stays allocated),
+ * with the sizing code open uses. cfg NULL = defaults. The detail goes to err/err_cap.
+ *   E_ARG          path or plan NULL, a struct_size mismatch, a cfg field out of range
+ *   E_UNSUPPORTED  an unimplemented cfg option, a kernel set this CPU lacks, an unknown
+ *                  arch or a K3 config key
+ *   E_IO           manifest.json missing, unreadable or not a regular file
+ *   E_FORMAT       the manifest breaks docs/FORMAT.md §3 (the detail names the field or
+ *                  tensor), or the memory sizing overflows u64
+ *   E_BUDGET       an explicit budget below the floor or above usable RAM, or a floor
+ *                  above usable RAM
+ *   E_NOMEM */
 int32_t waste_plan_memory(const char *path, const waste_cfg *cfg, waste_plan *plan,
                           char *err, uint64_t err_cap);
+/* Validates the container (docs/FORMAT.md), resolves the budget, loads the trunk and the
+ * tokenizer, opens the banks (probing O_DIRECT), allocates state and expert slots and
+ * warms them from the hotlist. *out is the new ctx, or NULL on failure (nothing leaks).
+ * Statuses as waste_plan_memory, plus E_IO (a data file missing, short, unreadable or not
+ * a regular file), E_FORMAT (bank header, tokenizer file, size limit), E_BUSY
+ * (cfg.exclusive_open and the directory is locked). A bad hotlist never fails open. */
 int32_t waste_open(const char *path, const waste_cfg *cfg, waste_ctx **out,
                    char *err, uint64_t err_cap);
+/* Frees the ctx: joins its threads before closing its files. NULL-safe. A close while a
+ * call is running on ctx (from the token callback, or from another thread) does nothing:
+ * close it again once that call has returned. */
 void waste_close(waste_ctx *ctx);
 
+/* Any thread, any time. E_ARG: ctx or info NULL, or a struct_size mismatch. */
 int32_t waste_get_model_info(waste_ctx *ctx, waste_model_info *info);
 
-/* Plain: specials are never recognised; every id < n_base_vocab. */
+/* ---- tokenizer ------------------------------------------------------------------------ */
+/* Plain tokenization, for text the host did not write: special texts are never
+ * recognised, so every id is < n_base_vocab. add_bos prepends bos_id. Writes up to cap ids
+ * to out and sets *n_out to the number produced (also on E_SPACE: the capacity needed).
+ *   E_ARG          NULL text (with len > 0), out (with cap > 0) or n_out; add_bos without
+ *                  a bos_token_id; text that is not valid UTF-8 ("invalid UTF-8 at byte N":
+ *                  truncated or overlong sequences, surrogates, > U+10FFFF; nothing written)
+ *   E_SPACE        cap too small; *n_out = ids needed
+ *   E_UNSUPPORTED  the container has no tokenizer files
+ *   E_BUSY         another call is running on ctx */
 int32_t waste_tokenize(waste_ctx *ctx, const char *text, uint64_t len, int32_t add_bos,
                        int32_t *out, uint64_t cap, uint64_t *n_out);
-/* Markup: specials recognised anywhere, longest match first. */
+/* Markup tokenization, for text the host wrote: specials are recognised anywhere, the
+ * longest match first, and the text between them is tokenized as plain. Statuses as
+ * waste_tokenize. */
 int32_t waste_tokenize_markup(waste_ctx *ctx, const char *text, uint64_t len, int32_t add_bos,
                               int32_t *out, uint64_t cap, uint64_t *n_out);
-/* Raw bytes (not NUL-terminated), specials written as their text. */
+/* The raw bytes of ids (not NUL-terminated, not necessarily valid UTF-8 on their own),
+ * specials written as their text. *n_out = bytes produced (on E_SPACE: bytes needed).
+ *   E_ARG          NULL ids (with n > 0), out (with cap > 0) or n_out; an id with no text
+ *                  (the detail names its index)
+ *   E_SPACE, E_UNSUPPORTED, E_BUSY as waste_tokenize */
 int32_t waste_detokenize(waste_ctx *ctx, const int32_t *ids, uint64_t n,
                          char *out, uint64_t cap, uint64_t *n_out);
 
+/* ---- evaluation ----------------------------------------------------------------------- */
+/* Prefills prompt[0..n) then samples, delivers and evaluates tokens (engine.md §2).
+ *
+ * Checked in this order before any work: res and params struct_size, params (finite
+ * temperature >= 0, top_p in (0, 1], stop_ids with n_stop_ids) -> E_ARG; a tokenizer_only
+ * ctx -> E_UNSUPPORTED; a poisoned ctx -> E_STATE; n >= 1 and every id < vocab -> E_ARG;
+ * position + n <= ctx_tokens -> E_CTX (nothing evaluated).
+ *
+ * The prompt is evaluated in chunks of cfg.prefill_chunk; then, per token: sample from the
+ * last logits (waste_gen_params), call cb (when not NULL) with the token, its logprob and
+ * its UTF-8 piece, and stop — on a stop id (stop_reason TOKEN, the stop token delivered),
+ * when cb returned non-zero (CALLBACK), after max_tokens deliveries (MAX_TOKENS), or when
+ * the next evaluation would not fit ctx_tokens (CTX_FULL) — or else evaluate the token and
+ * continue. The last sampled token is never evaluated: afterwards the position is the
+ * prompt end + tokens_generated - 1, and a host that continues passes that token back as
+ * the first of its next prompt.
+ *
+ * Callback rules: it runs on the calling thread between tokens; inside it only waste_abort
+ * and waste_get_stats may be called (any other call on ctx returns E_BUSY, waste_close does
+ * nothing); info and info->piece are valid only during the callback. Pieces hold back an
+ * incomplete UTF-8 tail (a piece may be empty); a stop id, max_tokens, CTX_FULL or a
+ * special flushes it, so the pieces of a run that ends that way concatenate to
+ * detokenize(ids); otherwise the held bytes are in res->tail.
+ *
+ * An abort (waste_abort) is honoured before each prefill chunk and after each delivered
+ * token: E_CANCELLED, everything evaluated so far stays (a consistent state), the flag is
+ * cleared. E_IO / E_FORMAT / E_NOMEM / E_BUDGET poison the ctx (waste_reset clears it).
+ * res (may be NULL) is written on every return after the argument checks, errors included.
+ * Returns OK when generation stopped for one of the four stop reasons. */
 int32_t waste_generate(waste_ctx *ctx, const int32_t *prompt, uint64_t n,
                        const waste_gen_params *params, waste_token_cb cb, void *user,
                        waste_gen_result *res);
-/* Appends n >= 1 tokens; copies the last position's logits when logits != NULL
- * (cap >= vocab floats, else E_SPACE before any work). */
+/* Appends ids[0..n) at the current position (for hosts that sample themselves) and copies
+ * the last position's logits when logits != NULL (cap >= vocab floats, else E_SPACE before
+ * any work). The same checks as waste_generate (E_UNSUPPORTED, E_STATE, E_ARG, E_CTX)
+ * come first; an abort is honoured before each chunk (E_CANCELLED, the chunks already
+ * evaluated stay); E_IO / E_FORMAT / E_NOMEM / E_BUDGET poison the ctx. */
 int32_t waste_eval(waste_ctx *ctx, const int32_t *ids, uint64_t n, float *logits, uint64_t cap);
+/* Back to position 0: KDA state and conv rings zeroed, MLA latents dropped, the image
+ * queue, the abort flag and the poison cleared. The expert cache and counts are kept.
+ * E_ARG (NULL ctx) or E_BUSY only. */
 int32_t waste_reset(waste_ctx *ctx);
+/* Tokens evaluated since the last reset (or restored by a snapshot); 0 for NULL. */
 uint64_t waste_position(waste_ctx *ctx);
 
+/* Any thread, any time (atomics). E_ARG: ctx or stats NULL, or a struct_size mismatch. */
 int32_t waste_get_stats(waste_ctx *ctx, waste_stats *stats);
 
+/* ---- snapshots (docs/FORMAT.md §7) ---------------------------------------------------- */
+/* A snapshot is the exact state at the current position: manifest fingerprint, position,
+ * ids, every layer's conv rings, S and MLA latents. It carries no logits: after a restore,
+ * evaluate at least one token (eval or generate) before sampling. Restore + eval(suffix)
+ * gives logits byte-identical to a fresh prefill of prefix + suffix. */
+/* *size = the bytes waste_snapshot_save needs now. E_ARG (NULL size), E_UNSUPPORTED
+ * (tokenizer_only), E_BUSY. */
 int32_t waste_snapshot_size(waste_ctx *ctx, uint64_t *size);
+/* Writes the snapshot to buf; *n_out = its size (on E_SPACE: the size needed).
+ * E_ARG (NULL n_out, or NULL buf with cap > 0), E_UNSUPPORTED, E_STATE (poisoned), E_SPACE,
+ * E_BUSY. */
 int32_t waste_snapshot_save(waste_ctx *ctx, void *buf, uint64_t cap, uint64_t *n_out);
+/* Restores a snapshot. Everything is validated before the ctx is touched: a bad magic or
+ * version, another model (fingerprint, layer count), a position above ctx_tokens, a wrong
+ * length, a crc mismatch or an id outside the vocabulary is E_FORMAT and leaves the ctx
+ * untouched. E_STATE on a poisoned ctx (waste_reset first); E_ARG (NULL buf),
+ * E_UNSUPPORTED (tokenizer_only), E_BUSY. */
 int32_t waste_snapshot_load(waste_ctx *ctx, const void *buf, uint64_t len);
 
 /* Writes the access counts (those merged from the hotlist at open plus this ctx's: one per
@@ -303,7 +406,12 @@ int32_t waste_snapshot_load(waste_ctx *ctx, const void *buf, uint64_t len);
  * writes the same merged counts (the file is not re-read). */
 int32_t waste_save_usage(waste_ctx *ctx, const char *path);
 
+/* Any thread, any time; NULL-safe. Sets a sticky flag that the running (or next) eval or
+ * generate honours at its next token or prefill-chunk boundary with E_CANCELLED, clearing
+ * it; waste_reset clears it too. */
 void waste_abort(waste_ctx *ctx);
+/* The detail of the last failing call on ctx: never NULL, valid until the next call on
+ * ctx. While a call is running it is a fixed "E_BUSY: ..." text; for NULL, "ctx is NULL". */
 const char *waste_last_error(waste_ctx *ctx);
 
 /* Vision: E_UNSUPPORTED until the vision tower lands. rgb: w*h*3 bytes. */

@@ -138,7 +138,7 @@ void wx_mem_sub(waste_ctx *ctx, uint64_t bytes) { atomic_fetch_sub(&ctx->mem_now
 
 void wx_err(waste_ctx *ctx, const char *fmt, ...) {
     va_list ap; va_start(ap, fmt);
-    vsnprintf(ctx->err, sizeof ctx->err, fmt, ap);
+    wu_vformat(ctx->err, sizeof ctx->err, fmt, ap);
     va_end(ap);
 }
 
@@ -150,7 +150,12 @@ static int32_t check_cfg(const waste_cfg *cfg, char *err, uint64_t cap) {
         return WASTE_E_ARG;
     }
     if (cfg->cache_policy != WASTE_CACHE_LFRU && cfg->cache_policy != WASTE_CACHE_LRU) { wu_errf(err, cap, "cfg.cache_policy %d unknown", cfg->cache_policy); return WASTE_E_ARG; }
-    if (cfg->kernels != WASTE_KERNELS_AUTO && cfg->kernels != WASTE_KERNELS_GENERIC) { wu_errf(err, cap, "cfg.kernels %d unknown", cfg->kernels); return WASTE_E_ARG; }
+    if (cfg->kernels < WASTE_KERNELS_AUTO || cfg->kernels > WASTE_KERNELS_AVX512) { wu_errf(err, cap, "cfg.kernels %d unknown (0 auto, 1 generic, 2 avx2, 3 avx512)", cfg->kernels); return WASTE_E_ARG; }
+    const char *why = NULL;
+    if (!wk_select(cfg->kernels, &why)) {
+        wu_errf(err, cap, "cfg.kernels %d (%s): %s", cfg->kernels, cfg->kernels == WASTE_KERNELS_AVX2 ? "avx2" : "avx512", why);
+        return WASTE_E_UNSUPPORTED;
+    }
     if (cfg->ctx_tokens > (1u << 24)) { wu_errf(err, cap, "cfg.ctx_tokens %u above 16777216", cfg->ctx_tokens); return WASTE_E_ARG; }
     if (cfg->n_threads > 1024) { wu_errf(err, cap, "cfg.n_threads %u above 1024", cfg->n_threads); return WASTE_E_ARG; }
     if (cfg->prefill_chunk > 4096) { wu_errf(err, cap, "cfg.prefill_chunk %u above 4096", cfg->prefill_chunk); return WASTE_E_ARG; }
@@ -326,16 +331,25 @@ WASTE_API int32_t waste_open(const char *path, const waste_cfg *cfg_in, waste_ct
     ctx->n_threads = nt;
     st = wp_create(nt, ctx->cpus, &ctx->pool);
     if (st) { wu_errf(err, cap, "cannot start %u threads", nt); goto fail; }
-    ctx->k = wk_select(cfg->kernels);
+    ctx->k = wk_select(cfg->kernels, NULL);   /* check_cfg refused a set the CPU lacks */
     wm_reset_state(ctx);
     *out = ctx;
     return WASTE_OK;
 fail:
     ctx_free(ctx);
+    wu_sanitize(err, cap);   /* the tokenizer formats its details itself */
     return st;
 }
 
-WASTE_API void waste_close(waste_ctx *ctx) { ctx_free(ctx); }
+/* A close while a call runs (the token callback, another thread) would free what that
+ * call is using: it does nothing instead (waste.h). Taking the busy flag also turns a
+ * call that starts during the close into E_BUSY until the memory is gone. */
+WASTE_API void waste_close(waste_ctx *ctx) {
+    if (!ctx) return;
+    int expected = 0;
+    if (!atomic_compare_exchange_strong(&ctx->busy, &expected, 1)) return;
+    ctx_free(ctx);
+}
 
 /* ==== call guard =================================================================== */
 static int32_t enter(waste_ctx *ctx) {
@@ -359,9 +373,22 @@ WASTE_API const char *waste_last_error(waste_ctx *ctx) {
     return ctx->err;
 }
 
+/* For the any-thread calls: sets the detail only when no call is running (a running call
+ * owns ctx->err, and waste_last_error then says E_BUSY, which is not empty either). */
+static int32_t any_thread_refusal(waste_ctx *ctx, const char *what) {
+    int expected = 0;
+    if (atomic_compare_exchange_strong(&ctx->busy, &expected, 1)) {
+        snprintf(ctx->err, sizeof ctx->err, "%s", what);
+        atomic_store(&ctx->busy, 0);
+    }
+    return WASTE_E_ARG;
+}
+
 WASTE_API int32_t waste_get_model_info(waste_ctx *ctx, waste_model_info *info) {
-    if (!ctx || !info) return WASTE_E_ARG;
-    if (info->struct_size != sizeof *info) return WASTE_E_ARG;
+    if (!ctx) return WASTE_E_ARG;
+    if (!info) return any_thread_refusal(ctx, "waste_get_model_info: info must not be NULL");
+    if (info->struct_size != sizeof *info)
+        return any_thread_refusal(ctx, "waste_model_info.struct_size mismatch (call waste_model_info_init)");
     const wc_config *c = &ctx->c.cfg;
     memset(info, 0, sizeof *info);
     info->struct_size = sizeof *info;
@@ -391,6 +418,11 @@ static int32_t tokenize_impl(waste_ctx *ctx, const char *text, uint64_t len, int
     if ((!text && len) || !n_out || (!out && cap)) { wx_err(ctx, "text, out and n_out must not be NULL"); return leave(ctx, WASTE_E_ARG); }
     *n_out = 0;
     if (!ctx->tok) { wx_err(ctx, "the container has no tokenizer files (tokenizer.tiktoken, specials.json); use token ids"); return leave(ctx, WASTE_E_UNSUPPORTED); }
+    uint64_t bad = wt_utf8_invalid_at(text ? text : "", len);
+    if (bad != UINT64_MAX) {
+        wx_err(ctx, "invalid UTF-8 at byte %llu of %llu", (unsigned long long)bad, (unsigned long long)len);
+        return leave(ctx, WASTE_E_ARG);
+    }
     uint64_t extra = 0;
     if (add_bos) {
         if (ctx->c.cfg.bos < 0) { wx_err(ctx, "add_bos: the model has no bos_token_id"); return leave(ctx, WASTE_E_ARG); }
@@ -435,13 +467,14 @@ WASTE_API int32_t waste_detokenize(waste_ctx *ctx, const int32_t *ids, uint64_t 
 }
 
 /* ==== evaluation =================================================================== */
+/* engine.md §1 (E_IO, E_FORMAT, E_NOMEM) and §5 (E_BUDGET: no evictable slot). */
 static int is_poisoning(int32_t st) {
     return st == WASTE_E_IO || st == WASTE_E_FORMAT || st == WASTE_E_NOMEM || st == WASTE_E_BUDGET;
 }
 
 static int32_t check_eval(waste_ctx *ctx, const int32_t *ids, uint64_t n) {
     if (ctx->tokenizer_only) { wx_err(ctx, "the ctx was opened with tokenizer_only"); return WASTE_E_UNSUPPORTED; }
-    if (ctx->poisoned) { wx_err(ctx, "ctx is poisoned by an earlier I/O, format or memory failure; call waste_reset"); return WASTE_E_STATE; }
+    if (ctx->poisoned) { wx_err(ctx, "ctx is poisoned by an earlier I/O, format, memory or budget failure; call waste_reset"); return WASTE_E_STATE; }
     if (!ids || n == 0) { wx_err(ctx, "n must be >= 1 and ids not NULL"); return WASTE_E_ARG; }
     for (uint64_t i = 0; i < n; i++)
         if (ids[i] < 0 || (uint32_t)ids[i] >= ctx->c.cfg.vocab) {
@@ -590,7 +623,10 @@ WASTE_API int32_t waste_generate(waste_ctx *ctx, const int32_t *prompt, uint64_t
         r.experts_hit += ctx->call_hits; r.experts_missed += ctx->call_misses; r.bytes_read += ctx->call_bytes;
         ctx->call_hits = ctx->call_misses = ctx->call_bytes = 0; ctx->call_io_ms = 0;
         const char *piece; uint32_t plen;
-        if (make_piece(ctx, &ps, tok, is_stop || max_hit || ctx_full, &piece, &plen)) { wx_err(ctx, "out of memory for a piece"); st = WASTE_E_NOMEM; break; }
+        if (make_piece(ctx, &ps, tok, is_stop || max_hit || ctx_full, &piece, &plen)) {
+            wx_err(ctx, "out of memory for the piece of generated token %u", idx);
+            st = WASTE_E_NOMEM; ctx->poisoned = 1; break;
+        }
         info.piece = piece; info.piece_len = plen;
         int32_t stop_cb = cb ? cb(&info, user) : 0;
         r.tokens_generated = idx + 1;
@@ -607,6 +643,9 @@ WASTE_API int32_t waste_generate(waste_ctx *ctx, const int32_t *prompt, uint64_t
         }
     }
     unpin_caller(&cp);
+    /* Bytes still held (no final flush: callback stop, abort, error) go to the result. */
+    memcpy(r.tail, ps.hold, ps.n_hold);
+    r.tail_len = ps.n_hold;
     free(ps.buf);
     wx_mem_sub(ctx, ps.cap);
     r.decode_ms = wu_now_ms() - t0 - r.prefill_ms;
@@ -616,7 +655,9 @@ WASTE_API int32_t waste_generate(waste_ctx *ctx, const int32_t *prompt, uint64_t
 
 /* ==== statistics =================================================================== */
 WASTE_API int32_t waste_get_stats(waste_ctx *ctx, waste_stats *s) {
-    if (!ctx || !s || s->struct_size != sizeof *s) return WASTE_E_ARG;
+    if (!ctx) return WASTE_E_ARG;
+    if (!s) return any_thread_refusal(ctx, "waste_get_stats: stats must not be NULL");
+    if (s->struct_size != sizeof *s) return any_thread_refusal(ctx, "waste_stats.struct_size mismatch (call waste_stats_init)");
     memset(s, 0, sizeof *s);
     s->struct_size = sizeof *s;
     s->tokens = atomic_load(&ctx->st_tokens);
@@ -657,7 +698,7 @@ static uint64_t snapshot_bytes(const waste_ctx *ctx, uint64_t pos) {
 
 WASTE_API int32_t waste_snapshot_size(waste_ctx *ctx, uint64_t *size) {
     ENTER(ctx);
-    if (!size) return leave(ctx, WASTE_E_ARG);
+    if (!size) { wx_err(ctx, "size must not be NULL"); return leave(ctx, WASTE_E_ARG); }
     if (ctx->tokenizer_only) { wx_err(ctx, "the ctx was opened with tokenizer_only"); return leave(ctx, WASTE_E_UNSUPPORTED); }
     *size = snapshot_bytes(ctx, ctx->pos);
     return leave(ctx, WASTE_OK);
@@ -667,7 +708,7 @@ WASTE_API int32_t waste_snapshot_save(waste_ctx *ctx, void *buf, uint64_t cap, u
     ENTER(ctx);
     if (!n_out || (!buf && cap)) { wx_err(ctx, "buf and n_out must not be NULL"); return leave(ctx, WASTE_E_ARG); }
     if (ctx->tokenizer_only) { wx_err(ctx, "the ctx was opened with tokenizer_only"); return leave(ctx, WASTE_E_UNSUPPORTED); }
-    if (ctx->poisoned) { wx_err(ctx, "ctx is poisoned; call waste_reset"); return leave(ctx, WASTE_E_STATE); }
+    if (ctx->poisoned) { wx_err(ctx, "ctx is poisoned by an earlier I/O, format, memory or budget failure; call waste_reset"); return leave(ctx, WASTE_E_STATE); }
     uint64_t need = snapshot_bytes(ctx, ctx->pos);
     *n_out = need;
     if (cap < need) { wx_err(ctx, "snapshot needs %llu bytes, buffer holds %llu", (unsigned long long)need, (unsigned long long)cap); return leave(ctx, WASTE_E_SPACE); }
@@ -699,6 +740,8 @@ WASTE_API int32_t waste_snapshot_load(waste_ctx *ctx, const void *buf, uint64_t 
     ENTER(ctx);
     if (!buf) { wx_err(ctx, "buf must not be NULL"); return leave(ctx, WASTE_E_ARG); }
     if (ctx->tokenizer_only) { wx_err(ctx, "the ctx was opened with tokenizer_only"); return leave(ctx, WASTE_E_UNSUPPORTED); }
+    /* Only waste_reset clears poison (engine.md §1): a restore is not a way around it. */
+    if (ctx->poisoned) { wx_err(ctx, "ctx is poisoned by an earlier I/O, format, memory or budget failure; call waste_reset"); return leave(ctx, WASTE_E_STATE); }
     const uint8_t *p = buf;
     if (len < 36 || memcmp(p, "WSTSNAP1", 8)) { wx_err(ctx, "snapshot: bad magic or too short"); return leave(ctx, WASTE_E_FORMAT); }
     if (wu_read_u32le(p + 8) != 1) { wx_err(ctx, "snapshot: version %u unsupported", wu_read_u32le(p + 8)); return leave(ctx, WASTE_E_FORMAT); }
@@ -731,7 +774,6 @@ WASTE_API int32_t waste_snapshot_load(waste_ctx *ctx, const void *buf, uint64_t 
     }
     ctx->pos = pos;
     ctx->has_logits = 0;
-    ctx->poisoned = 0;
     return leave(ctx, WASTE_OK);
 }
 

@@ -139,6 +139,12 @@ static int32_t parse_config(const wj_val *cf, wc_config *c, char *err, uint64_t 
         wu_errf(err, cap, "manifest.json: config.hidden_size, vocab_size and num_hidden_layers must be > 0");
         return WASTE_E_FORMAT;
     }
+    const struct { const char *key; int32_t id; } ids[] = {{"bos_token_id", c->bos}, {"eos_token_id", c->eos}, {"pad_token_id", c->pad}};
+    for (int i = 0; i < 3; i++)
+        if (ids[i].id >= 0 && (uint32_t)ids[i].id >= c->vocab) {
+            wu_errf(err, cap, "manifest.json: config.%s %d is not below vocab_size %u", ids[i].key, ids[i].id, c->vocab);
+            return WASTE_E_FORMAT;
+        }
     if (kvh != c->mla_heads) {
         wu_errf(err, cap, "manifest.json: config.num_key_value_heads (%u) must equal num_attention_heads (%u)", kvh, c->mla_heads);
         return WASTE_E_FORMAT;
@@ -186,6 +192,65 @@ static int32_t parse_config(const wj_val *cf, wc_config *c, char *err, uint64_t 
 }
 
 /* ==== tensors ====================================================================== */
+/* The canonical names (docs/FORMAT.md §3.2) a layer of this config has. */
+static int layer_has(const wc_config *c, uint32_t l, const char *suffix) {
+    static const char *common[] = {"attn_norm", "ffn_norm", NULL};
+    static const char *kda[] = {"kda.q_proj", "kda.k_proj", "kda.v_proj", "kda.q_conv", "kda.k_conv", "kda.v_conv",
+                                "kda.a_log", "kda.dt_bias", "kda.f_a", "kda.f_b", "kda.b_proj", "kda.g_a", "kda.g_b",
+                                "kda.o_norm", "kda.o_proj", NULL};
+    static const char *mla[] = {"mla.kv_a", "mla.kv_a_norm", "mla.kv_b", "mla.o_proj", NULL};
+    static const char *mla_q[] = {"mla.q_proj", NULL}, *mla_qlora[] = {"mla.q_a", "mla.q_a_norm", "mla.q_b", NULL};
+    static const char *dense[] = {"ffn.gate", "ffn.up", "ffn.down", NULL};
+    static const char *moe[] = {"moe.router", "moe.router_bias", NULL};
+    static const char *shared[] = {"moe.shared_gate", "moe.shared_up", "moe.shared_down", NULL};
+    const char **lists[] = {common, c->is_mla[l] ? mla : kda, c->is_mla[l] ? (c->q_rank ? mla_qlora : mla_q) : NULL,
+                            c->is_moe[l] ? moe : dense, c->is_moe[l] && c->n_shared ? shared : NULL};
+    for (unsigned i = 0; i < sizeof lists / sizeof lists[0]; i++)
+        for (const char **n = lists[i]; n && *n; n++)
+            if (!strcmp(*n, suffix)) return 1;
+    return 0;
+}
+
+/* 1 if name is a tensor this config uses: embed, final_norm, lm_head, or blk.<layer>.<x>
+ * (a decimal layer below num_hidden_layers without leading zeros, x one of its tensors).
+ * Anything else would be loaded and counted in params_* without being used. */
+static int canonical_name(const wc_config *c, const char *name) {
+    if (!strcmp(name, "embed") || !strcmp(name, "final_norm") || !strcmp(name, "lm_head")) return 1;
+    if (strncmp(name, "blk.", 4)) return 0;
+    const char *p = name + 4;
+    uint64_t l = 0;
+    if (*p < '0' || *p > '9' || (p[0] == '0' && p[1] >= '0' && p[1] <= '9')) return 0;
+    while (*p >= '0' && *p <= '9' && l < WC_MAX_LAYERS) l = l * 10 + (uint64_t)(*p++ - '0');
+    if (*p != '.' || l >= c->n_layers) return 0;
+    return layer_has(c, (uint32_t)l, p + 1);
+}
+
+
+/* Sorts c->by_name by tensor name (heapsort: qsort has no context pointer, and the library
+ * keeps no mutable globals). */
+static int name_less(const wc_container *c, uint32_t a, uint32_t b) {
+    return strcmp(c->tensors[a].name, c->tensors[b].name) < 0;
+}
+static void sift_down(wc_container *c, uint32_t root, uint32_t n) {
+    uint32_t *v = c->by_name;
+    for (;;) {
+        uint64_t child = 2ull * root + 1;
+        if (child >= n) return;
+        if (child + 1 < n && name_less(c, v[child], v[child + 1])) child++;
+        if (!name_less(c, v[root], v[child])) return;
+        uint32_t t = v[root]; v[root] = v[child]; v[child] = t;
+        root = (uint32_t)child;
+    }
+}
+static void sort_names(wc_container *c) {
+    uint32_t n = c->n_tensors, *v = c->by_name;
+    for (uint32_t i = n / 2; i-- > 0;) sift_down(c, i, n);
+    for (uint32_t end = n; end-- > 1;) {
+        uint32_t t = v[0]; v[0] = v[end]; v[end] = t;
+        sift_down(c, 0, end);
+    }
+}
+
 static int32_t parse_tensors(const wj_val *arr, wc_container *c, char *err, uint64_t cap) {
     if (!arr || arr->type != WJ_ARR) { wu_errf(err, cap, "manifest.json: missing field tensors"); return WASTE_E_FORMAT; }
     if (arr->n_children > MAX_TENSORS) { wu_errf(err, cap, "manifest.json: more than %u tensors", MAX_TENSORS); return WASTE_E_FORMAT; }
@@ -202,6 +267,10 @@ static int32_t parse_tensors(const wj_val *arr, wc_container *c, char *err, uint
         if (strlen(name) >= sizeof t->name) { wu_errf(err, cap, "manifest.json: %s.name too long", where); return WASTE_E_FORMAT; }
         strcpy(t->name, name);
         snprintf(where, sizeof where, "tensor %s", t->name);
+        if (!canonical_name(&c->cfg, t->name)) {
+            wu_errf(err, cap, "manifest.json: %s is not a tensor of this config (docs/FORMAT.md §3.2 lists the names)", where);
+            return WASTE_E_FORMAT;
+        }
         TRY(get_str(v, "format", where, &fmt, err, cap));
         t->fmt = wf_parse(fmt);
         if (t->fmt < 0) { wu_errf(err, cap, "manifest.json: %s: unknown format \"%s\"", where, fmt); return WASTE_E_FORMAT; }
@@ -211,6 +280,12 @@ static int32_t parse_tensors(const wj_val *arr, wc_container *c, char *err, uint
         TRY(get_u64(v, "offset", where, &t->offset, err, cap));
         TRY(get_u64(v, "length", where, &t->length, err, cap));
         TRY(get_bool(v, "on_disk", where, &t->on_disk, err, cap));
+        /* Only the input embedding is read row by row; every other tensor is used whole, so
+         * it must be resident (engine.md §3). */
+        if (t->on_disk && strcmp(t->name, "embed")) {
+            wu_errf(err, cap, "manifest.json: %s: on_disk is allowed only for the input embedding (embed)", where);
+            return WASTE_E_FORMAT;
+        }
         const wj_val *sh = wj_get(v, "shape");
         if (!sh || sh->type != WJ_ARR || sh->n_children < 1 || sh->n_children > 2) {
             wu_errf(err, cap, "manifest.json: %s: shape must be a list of 1 or 2 dimensions", where); return WASTE_E_FORMAT;
@@ -234,9 +309,16 @@ static int32_t parse_tensors(const wj_val *arr, wc_container *c, char *err, uint
                     (unsigned long long)t->length, (unsigned long long)need); return WASTE_E_FORMAT;
         }
         if (t->offset % 64) { wu_errf(err, cap, "manifest.json: %s: offset %llu is not 64-byte aligned", where, (unsigned long long)t->offset); return WASTE_E_FORMAT; }
-        for (uint32_t j = 0; j < i; j++)
-            if (!strcmp(c->tensors[j].name, t->name)) { wu_errf(err, cap, "manifest.json: duplicate tensor %s", t->name); return WASTE_E_FORMAT; }
     }
+    /* A sorted index: duplicates become neighbours, and wc_find is a binary search. */
+    c->by_name = malloc((c->n_tensors ? c->n_tensors : 1) * sizeof *c->by_name);
+    if (!c->by_name) { wu_errf(err, cap, "out of memory"); return WASTE_E_NOMEM; }
+    for (uint32_t k = 0; k < c->n_tensors; k++) c->by_name[k] = k;
+    sort_names(c);
+    for (uint32_t k = 1; k < c->n_tensors; k++)
+        if (!strcmp(c->tensors[c->by_name[k]].name, c->tensors[c->by_name[k - 1]].name)) {
+            wu_errf(err, cap, "manifest.json: duplicate tensor %s", c->tensors[c->by_name[k]].name); return WASTE_E_FORMAT;
+        }
     return WASTE_OK;
 }
 
@@ -262,6 +344,12 @@ static int32_t parse_banks(const wj_val *arr, wc_container *c, char *err, uint64
         TRY(get_u32(v, "layer", where, cf->n_layers - 1, &b->layer, err, cap));
         if (!cf->is_moe[b->layer] || c->bank_of_layer[b->layer] >= 0) {
             wu_errf(err, cap, "manifest.json: %s.layer %u is not a sparse layer or is repeated", where, b->layer); return WASTE_E_FORMAT;
+        }
+        /* Layer order: bank index order is (layer, expert) order for the hotlist (§8). */
+        if (i > 0 && b->layer < c->banks[i - 1].layer) {
+            wu_errf(err, cap, "manifest.json: %s.layer %u comes after banks[%u].layer %u: banks must be in layer order", where,
+                    b->layer, i - 1, c->banks[i - 1].layer);
+            return WASTE_E_FORMAT;
         }
         TRY(get_str(v, "file", where, &file, err, cap));
         char expect[48]; snprintf(expect, sizeof expect, "experts-L%u.bin", b->layer);
@@ -338,12 +426,13 @@ int32_t wc_open_manifest(const char *dir, wc_container *c, char *err, uint64_t c
     if (strlen(dir) >= 900) { wu_errf(err, cap, "container path too long"); return WASTE_E_ARG; }
     snprintf(c->dir, sizeof c->dir, "%s", dir);
     char path[1100]; snprintf(path, sizeof path, "%s/manifest.json", dir);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) { wu_errf(err, cap, "%s: cannot open: %s", path, strerror(errno)); return WASTE_E_IO; }
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) { close(fd); wu_errf(err, cap, "%s: not a regular file", path); return WASTE_E_IO; }
-    if ((uint64_t)st.st_size > MAX_MANIFEST) { close(fd); wu_errf(err, cap, "%s: larger than 16 MiB", path); return WASTE_E_FORMAT; }
-    c->manifest_len = (uint64_t)st.st_size;
+    int fd;
+    uint64_t size;
+    int o = wu_open_regular(path, 0, &fd, &size);
+    if (o == -2) { wu_errf(err, cap, "%s: not a regular file", path); return WASTE_E_IO; }
+    if (o) { wu_errf(err, cap, "%s: cannot open: %s", path, strerror(errno)); return WASTE_E_IO; }
+    if (size > MAX_MANIFEST) { close(fd); wu_errf(err, cap, "%s: larger than 16 MiB", path); return WASTE_E_FORMAT; }
+    c->manifest_len = size;
     c->manifest_text = malloc((size_t)c->manifest_len + 1);
     if (!c->manifest_text) { close(fd); wu_errf(err, cap, "out of memory"); return WASTE_E_NOMEM; }
     int r = wu_pread_full(fd, c->manifest_text, c->manifest_len, 0);
@@ -391,8 +480,14 @@ int32_t wc_open_manifest(const char *dir, wc_container *c, char *err, uint64_t c
 }
 
 const wc_tensor *wc_find(const wc_container *c, const char *name) {
-    for (uint32_t i = 0; i < c->n_tensors; i++)
-        if (!strcmp(c->tensors[i].name, name)) return &c->tensors[i];
+    if (!c->by_name) return NULL;
+    uint32_t lo = 0, hi = c->n_tensors;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        int d = strcmp(c->tensors[c->by_name[mid]].name, name);
+        if (d == 0) return &c->tensors[c->by_name[mid]];
+        if (d < 0) lo = mid + 1; else hi = mid;
+    }
     return NULL;
 }
 
@@ -416,11 +511,9 @@ int32_t wc_open_data(wc_container *c, int direct_io, int verify, char *io_note, 
                      char *err, uint64_t cap) {
     (void)verify;
     char path[1100]; snprintf(path, sizeof path, "%s/trunk.bin", c->dir);
-    c->trunk_fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (c->trunk_fd < 0) { wu_errf(err, cap, "%s: cannot open: %s", path, strerror(errno)); return WASTE_E_IO; }
-    struct stat st;
-    if (fstat(c->trunk_fd, &st) != 0) { wu_errf(err, cap, "%s: stat failed", path); return WASTE_E_IO; }
-    c->trunk_file_size = (uint64_t)st.st_size;
+    int o = wu_open_regular(path, 0, &c->trunk_fd, &c->trunk_file_size);
+    if (o == -2) { wu_errf(err, cap, "%s: not a regular file", path); return WASTE_E_IO; }
+    if (o) { wu_errf(err, cap, "%s: cannot open: %s", path, strerror(errno)); return WASTE_E_IO; }
     for (uint32_t i = 0; i < c->n_tensors; i++) {
         const wc_tensor *t = &c->tensors[i];
         uint64_t end;
@@ -447,14 +540,15 @@ int32_t wc_open_data(wc_container *c, int direct_io, int verify, char *io_note, 
     uint8_t *probe = NULL;
     for (uint32_t i = 0; i < c->n_banks; i++) {
         wc_bank *b = &c->banks[i];
-        b->fd = open(b->path, O_RDONLY | O_CLOEXEC);
-        if (b->fd < 0) { wu_errf(err, cap, "%s: cannot open (layer %u): %s", b->path, b->layer, strerror(errno)); free(probe); return WASTE_E_IO; }
-        if (fstat(b->fd, &st) != 0) { wu_errf(err, cap, "%s: stat failed", b->path); free(probe); return WASTE_E_IO; }
+        uint64_t bank_size = 0;
+        o = wu_open_regular(b->path, 0, &b->fd, &bank_size);
+        if (o == -2) { wu_errf(err, cap, "%s: not a regular file (layer %u)", b->path, b->layer); free(probe); return WASTE_E_IO; }
+        if (o) { wu_errf(err, cap, "%s: cannot open (layer %u): %s", b->path, b->layer, strerror(errno)); free(probe); return WASTE_E_IO; }
         uint64_t need = 0;
         if (!wu_mul(b->record_bytes, b->n_experts, &need) || !wu_add(need, BANK_HEADER, &need)) { free(probe); return WASTE_E_FORMAT; }
-        if ((uint64_t)st.st_size != need) {
+        if (bank_size != need) {
             wu_errf(err, cap, "%s: size %llu bytes but header + %u records of %llu bytes = %llu (truncated or padded bank, layer %u)",
-                    b->path, (unsigned long long)st.st_size, b->n_experts, (unsigned long long)b->record_bytes,
+                    b->path, (unsigned long long)bank_size, b->n_experts, (unsigned long long)b->record_bytes,
                     (unsigned long long)need, b->layer);
             free(probe); return WASTE_E_FORMAT;
         }
@@ -463,8 +557,11 @@ int32_t wc_open_data(wc_container *c, int direct_io, int verify, char *io_note, 
         int32_t hs = check_bank_header(b, hdr, err, cap);
         if (hs) { free(probe); return hs; }
         if (direct_io) {
-            int dfd = open(b->path, O_RDONLY | O_CLOEXEC | O_DIRECT);
-            int ok = 0;
+            int dfd = -1, ok = 0;
+            uint64_t dsize = 0;
+            /* Reopened by name: check again that it is the same regular file's size. */
+            int od = wu_open_regular(b->path, O_DIRECT, &dfd, &dsize);
+            if (od == 0 && dsize != bank_size) { close(dfd); dfd = -1; }
             if (dfd >= 0) {
                 if (!probe && (probe = wu_aligned_alloc(4096, c->max_record_bytes))) c->probe_bytes = c->max_record_bytes;
                 if (probe && wu_pread_full(dfd, probe, b->record_bytes, BANK_HEADER) == 0) ok = 1;
@@ -492,7 +589,7 @@ void wc_close(wc_container *c) {
     if (!c) return;
     for (uint32_t i = 0; i < c->n_banks; i++) if (c->banks[i].fd >= 0) close(c->banks[i].fd);
     if (c->trunk_fd >= 0) close(c->trunk_fd);
-    free(c->banks); free(c->tensors); free(c->trunk_mem); free(c->manifest_text);
+    free(c->banks); free(c->tensors); free(c->by_name); free(c->trunk_mem); free(c->manifest_text);
     memset(c, 0, sizeof *c);
     c->trunk_fd = -1;
 }

@@ -52,14 +52,15 @@ static void ignore(waste_ctx *ctx, const char *why) {
 void wh_load(waste_ctx *ctx) {
     ctx->usage_note[0] = 0;
     if (!ctx->usage_path[0] || ctx->cache.n_all == 0) return;
-    int fd = open(ctx->usage_path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
+    int fd;
+    uint64_t size = 0;
+    int o = wu_open_regular(ctx->usage_path, 0, &fd, &size);   /* a FIFO must not block open */
+    if (o == -2) { ignore(ctx, "not a regular file"); return; }
+    if (o) {
         if (errno != ENOENT) ignore(ctx, strerror(errno));
         return;     /* no hotlist yet: the common first run */
     }
-    struct stat st;
     uint8_t h[USAGE_HEADER];
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) { ignore(ctx, "not a regular file"); close(fd); return; }
     if (wu_pread_full(fd, h, USAGE_HEADER, 0) != 0) { ignore(ctx, "shorter than its 24-byte header"); close(fd); return; }
     uint64_t n = wu_read_u32le(h + 12);
     if (memcmp(h, USAGE_MAGIC, 8) != 0) { ignore(ctx, "bad magic"); close(fd); return; }
@@ -67,7 +68,7 @@ void wh_load(waste_ctx *ctx) {
     if (wu_read_u64le(h + 16) != ctx->c.fingerprint) { ignore(ctx, "fingerprint of another manifest"); close(fd); return; }
     /* A file we wrote has at most one entry per routed expert; more is not ours to trust. */
     if (n > ctx->cache.n_all) { ignore(ctx, "more entries than the model has experts"); close(fd); return; }
-    if ((uint64_t)st.st_size != USAGE_HEADER + n * USAGE_ENTRY) { ignore(ctx, "size disagrees with n_entries (truncated?)"); close(fd); return; }
+    if (size != USAGE_HEADER + n * USAGE_ENTRY) { ignore(ctx, "size disagrees with n_entries (truncated?)"); close(fd); return; }
     uint64_t bytes = n * USAGE_ENTRY;
     uint8_t *buf = malloc(bytes ? bytes : 1);
     if (!buf) { ignore(ctx, "out of memory reading it"); close(fd); return; }
@@ -111,8 +112,15 @@ int32_t wh_save(waste_ctx *ctx, const char *path) {
     char tmp[1200];
     int tl = snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%llx", path, (long)getpid(), (unsigned long long)(uintptr_t)ctx);
     if (tl < 0 || (uint64_t)tl >= sizeof tmp) { wx_err(ctx, "%s: path too long for the temporary file", path); return WASTE_E_ARG; }
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    /* O_NONBLOCK: a FIFO squatting on the name fails (ENXIO) instead of waiting for a reader. */
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NONBLOCK, 0644);
     if (fd < 0) { wx_err(ctx, "%s: cannot create the temporary file %s: %s", path, tmp, strerror(errno)); return WASTE_E_IO; }
+    struct stat tst;
+    if (fstat(fd, &tst) != 0 || !S_ISREG(tst.st_mode)) {
+        close(fd);
+        wx_err(ctx, "%s: the temporary file %s is not a regular file", path, tmp);
+        return WASTE_E_IO;
+    }
     uint8_t buf[USAGE_HEADER + 1024 * USAGE_ENTRY];
     memcpy(buf, USAGE_MAGIC, 8);
     wu_write_u32le(buf + 8, USAGE_VERSION);

@@ -1,12 +1,13 @@
 /* internal.h — shared declarations between libwaste's components (not public).
  *
- * Components: util (crc, fp16, errors, clocks), json (bounded parser), container
+ * Components: util (crc, fp16, errors, clocks), numerics (exp, log), json (bounded parser), container
  * (manifest, trunk, banks, records), kernels (dot products + dispatch), pool (fork-join
  * threads), model (forward pass), sampler, api (the public functions in waste.h).
  */
 #ifndef WASTE_INTERNAL_H
 #define WASTE_INTERNAL_H
 
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -28,9 +29,18 @@ float wu_bf16_to_f32(uint16_t b);
 double wu_now_ms(void);
 /* Formats into err (cap bytes, always NUL-terminated when cap > 0). */
 void wu_errf(char *err, uint64_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* vsnprintf in the C numeric locale, then wu_sanitize (every detail goes through it). */
+void wu_vformat(char *err, uint64_t cap, const char *fmt, va_list ap);
+/* Rewrites err in place so it is valid UTF-8: each byte that does not start a valid
+ * sequence (a path's, a truncation's) becomes the text \xNN. wu_errf and wx_err call it. */
+void wu_sanitize(char *err, uint64_t cap);
 /* Overflow-checked u64 arithmetic: return 0 on overflow. */
 int wu_mul(uint64_t a, uint64_t b, uint64_t *out);
 int wu_add(uint64_t a, uint64_t b, uint64_t *out);
+/* Opens path O_RDONLY | O_CLOEXEC | extra_flags without blocking on a FIFO and keeps it
+ * only if it is a regular file (O_NONBLOCK cleared again); *size = its size. 0 on success,
+ * -1 open/fstat failed (errno set), -2 not a regular file. */
+int wu_open_regular(const char *path, int extra_flags, int *fd_out, uint64_t *size);
 /* Reads exactly len bytes at off, looping on EINTR and short reads; -1 error, -2 EOF. */
 int wu_pread_full(int fd, void *buf, uint64_t len, uint64_t off);
 uint64_t wu_read_u64le(const uint8_t *p);
@@ -38,6 +48,12 @@ uint32_t wu_read_u32le(const uint8_t *p);
 void wu_write_u64le(uint8_t *p, uint64_t v);
 void wu_write_u32le(uint8_t *p, uint32_t v);
 void *wu_aligned_alloc(uint64_t align, uint64_t size); /* zeroed; free with free() */
+
+/* ---- numerics.c: the engine's own transcendentals (engine.md §4.3) --------------- */
+double wn_exp(double x);
+double wn_log(double x);
+float wn_expf(float x);   /* (float)wn_exp(x) */
+float wn_logf(float x);
 
 /* ---- json.c: a small bounded DOM parser for untrusted manifests ----------------- */
 typedef enum { WJ_NULL = 0, WJ_BOOL, WJ_NUM, WJ_STR, WJ_ARR, WJ_OBJ } wj_type;
@@ -85,7 +101,9 @@ typedef struct {
     float (*dot_bf16)(const uint16_t *w, const float *x, uint32_t n);
     float (*dot_int8)(const uint8_t *row, const float *x, uint32_t n, uint32_t group);
 } wk_kernels;
-const wk_kernels *wk_select(int32_t kernels_cfg);   /* WASTE_KERNELS_* */
+/* The kernel set for cfg.kernels (WASTE_KERNELS_*); NULL when the CPU or the build lacks
+ * the named set, *why (when not NULL) then says which feature is missing. */
+const wk_kernels *wk_select(int32_t kernels_cfg, const char **why);
 const char *wk_built(void);                         /* "generic,avx2,avx512" */
 const char *wk_best(void);
 float wk_dot_row(const wk_kernels *k, const wm_mat *m, uint32_t row, const float *x);
@@ -157,6 +175,7 @@ typedef struct {
     wc_config cfg;
     wc_tensor *tensors;
     uint32_t n_tensors;
+    uint32_t *by_name;       /* tensor indices sorted by name (wc_find's binary search) */
     wc_bank *banks;          /* one per MoE layer, in layer order */
     uint32_t n_banks;
     int32_t bank_of_layer[WC_MAX_LAYERS]; /* -1 for dense layers */

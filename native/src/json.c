@@ -1,10 +1,13 @@
 /* json.c — a small bounded JSON parser for manifests, which are untrusted.
  *
  * Builds a DOM in one arena. Limits: nesting depth 16, strings 4096 bytes, 2^20 values;
- * any violation is E_FORMAT with the byte offset. Strings are unescaped (\uXXXX with
- * surrogate pairs to UTF-8); numbers go through strtod on a bounded copy.
+ * any violation is E_FORMAT with the byte offset. Strings must be UTF-8 and are unescaped
+ * (\uXXXX with surrogate pairs to UTF-8); an object may not repeat a key; numbers go
+ * through strtod on a bounded copy, in the C locale (uselocale for the parse, so a host's
+ * setlocale(LC_NUMERIC, "de_DE.UTF-8") does not turn "1e-05" or "2.446" into errors).
  */
 #include <limits.h>
+#include <locale.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -67,6 +70,18 @@ static int read_hex4(wj_parser *p, uint32_t *out) {
     p->pos += 4; *out = v; return 1;
 }
 
+/* Length of the valid UTF-8 sequence at s[0..n) (2-4 bytes, s[0] >= 0x80), or 0. */
+static unsigned utf8_len(const unsigned char *s, uint64_t n) {
+    unsigned char b = s[0];
+    unsigned need = b >= 0xC2 && b <= 0xDF ? 2 : b >= 0xE0 && b <= 0xEF ? 3 : b >= 0xF0 && b <= 0xF4 ? 4 : 0;
+    if (need == 0 || n < need) return 0;
+    unsigned char lo = 0x80, hi = 0xBF;
+    if (b == 0xE0) lo = 0xA0; else if (b == 0xED) hi = 0x9F; else if (b == 0xF0) lo = 0x90; else if (b == 0xF4) hi = 0x8F;
+    if (s[1] < lo || s[1] > hi) return 0;
+    for (unsigned i = 2; i < need; i++) if ((s[i] & 0xC0) != 0x80) return 0;
+    return need;
+}
+
 static int parse_string(wj_parser *p, const char **out, uint32_t *out_len) {
     /* p->s[p->pos] == '"' */
     p->pos++;
@@ -78,6 +93,12 @@ static int parse_string(wj_parser *p, const char **out, uint32_t *out_len) {
         if (c == '"') { p->pos++; break; }
         if (c < 0x20) return fail(p, "control character in string");
         if (n + 4 > WJ_MAX_STR) return fail(p, "string longer than 4096 bytes");
+        if (c >= 0x80) {   /* JSON text is UTF-8 (RFC 8259): details never echo other bytes */
+            unsigned k = utf8_len((const unsigned char *)p->s + p->pos, p->len - p->pos);
+            if (k == 0) return fail(p, "invalid UTF-8 in a string");
+            memcpy(dst + n, p->s + p->pos, k); n += k; p->pos += k;
+            continue;
+        }
         if (c != '\\') { dst[n++] = (char)c; p->pos++; continue; }
         p->pos++;
         if (p->pos >= p->len) return fail(p, "unterminated escape");
@@ -153,8 +174,36 @@ static int parse_number(wj_parser *p, wj_val *v) {
     return 0;
 }
 
+static int key_order(const void *a, const void *b) {
+    return strcmp((*(const wj_val *const *)a)->key, (*(const wj_val *const *)b)->key);
+}
+
+/* Duplicate keys are refused: parsers disagree on which one wins (this one would keep the
+ * first, Python's json the last), so a manifest must not depend on it. */
+static int check_keys(wj_parser *p, const wj_val *obj, uint64_t at) {
+    uint32_t n = obj->n_children;
+    if (n < 2) return 0;
+    const wj_val *dup = NULL;
+    if (n <= 16) {
+        for (const wj_val *a = obj->child; a && !dup; a = a->next)
+            for (const wj_val *b = a->next; b; b = b->next) if (!strcmp(a->key, b->key)) { dup = a; break; }
+    } else {
+        const wj_val **v = malloc((size_t)n * sizeof *v);
+        if (!v) { wu_errf(p->err, p->cap, "out of memory parsing manifest.json"); return WASTE_E_NOMEM; }
+        uint32_t i = 0;
+        for (const wj_val *a = obj->child; a; a = a->next) v[i++] = a;
+        qsort(v, n, sizeof *v, key_order);
+        for (i = 1; i < n && !dup; i++) if (!strcmp(v[i - 1]->key, v[i]->key)) dup = v[i];
+        free(v);
+    }
+    if (!dup) return 0;
+    wu_errf(p->err, p->cap, "manifest.json: duplicate key \"%.200s\" in the object at byte %llu", dup->key, (unsigned long long)at);
+    return WASTE_E_FORMAT;
+}
+
 static int parse_container(wj_parser *p, wj_val *v, int depth, int is_obj) {
     char close = is_obj ? '}' : ']';
+    uint64_t start = p->pos;
     v->type = is_obj ? WJ_OBJ : WJ_ARR;
     p->pos++;
     skip_ws(p);
@@ -181,7 +230,7 @@ static int parse_container(wj_parser *p, wj_val *v, int depth, int is_obj) {
         skip_ws(p);
         if (p->pos >= p->len) return fail(p, "unterminated container");
         if (p->s[p->pos] == ',') { p->pos++; continue; }
-        if (p->s[p->pos] == close) { p->pos++; return 0; }
+        if (p->s[p->pos] == close) { p->pos++; return is_obj ? check_keys(p, v, start) : 0; }
         return fail(p, "expected ',' or a closing bracket");
     }
 }
@@ -216,7 +265,12 @@ int32_t wj_parse(const char *text, uint64_t len, wj_doc **out, char *err, uint64
     d->cap_vals = (uint32_t)cap_vals;
     d->cap_strs = len + 1;
     wj_parser p = {text, len, 0, d, err, cap};
+    locale_t c_numeric = newlocale(LC_NUMERIC_MASK, "C", (locale_t)0);
+    if (c_numeric == (locale_t)0) { wj_free(d); wu_errf(err, cap, "out of memory parsing manifest.json (C locale)"); return WASTE_E_NOMEM; }
+    locale_t caller = uselocale(c_numeric);   /* this thread only; restored below */
     int st = parse_value(&p, &d->root, 0);
+    uselocale(caller);
+    freelocale(c_numeric);
     if (!st) {
         skip_ws(&p);
         if (p.pos != p.len) st = fail(&p, "trailing bytes after the document");

@@ -48,12 +48,28 @@ static const wk_kernels generic_kernels = {
     "generic", wk_dot_f32_generic, wk_dot_bf16_generic, wk_dot_int8_generic,
 };
 
-const wk_kernels *wk_select(int32_t cfg) {
+const wk_kernels *wk_select(int32_t cfg, const char **why) {
+    if (why) *why = NULL;
     if (cfg == WASTE_KERNELS_GENERIC) return &generic_kernels;
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) return &wk_avx512_kernels;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return &wk_avx2_kernels;
+    int avx512 = __builtin_cpu_supports("avx512f");
+    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (cfg == WASTE_KERNELS_AVX512) {
+        if (!avx512 && why) *why = "this CPU lacks AVX-512F";
+        return avx512 ? &wk_avx512_kernels : NULL;
+    }
+    if (cfg == WASTE_KERNELS_AVX2) {
+        if (!avx2 && why) *why = "this CPU lacks AVX2 or FMA";
+        return avx2 ? &wk_avx2_kernels : NULL;
+    }
+    if (avx512) return &wk_avx512_kernels;
+    if (avx2) return &wk_avx2_kernels;
+#else
+    if (cfg == WASTE_KERNELS_AVX2 || cfg == WASTE_KERNELS_AVX512) {
+        if (why) *why = "this build has no x86 kernels";
+        return NULL;
+    }
 #endif
     return &generic_kernels;
 }
@@ -66,7 +82,7 @@ const char *wk_built(void) {
 #endif
 }
 
-const char *wk_best(void) { return wk_select(WASTE_KERNELS_AUTO)->name; }
+const char *wk_best(void) { return wk_select(WASTE_KERNELS_AUTO, NULL)->name; }
 
 float wk_dot_row(const wk_kernels *k, const wm_mat *m, uint32_t r, const float *x) {
     const uint8_t *row = m->data + (uint64_t)r * m->row_bytes;

@@ -19,12 +19,19 @@
 #define MAX(a, b) ((a) > (b) ? (a) : (b))
 
 /* ==== sizing ======================================================================= */
-static uint32_t max_width(const wc_config *c) {
-    uint32_t w = c->hidden;
-    uint32_t hd = c->kda_heads * c->kda_dim;
-    uint32_t cand[] = {hd, c->inter, c->moe_inter * MAX(c->n_shared, 1), c->mla_heads * (c->d_nope + c->d_rope),
-                       c->mla_heads * c->d_v, c->mla_heads * (c->d_nope + c->d_v), c->q_rank, c->kv_rank + c->d_rope,
-                       c->mla_heads * c->kv_rank, c->n_experts, c->kda_dim * c->kda_dim};
+/* Overflow-checked u64 arithmetic (engine.md §3): each helper records the first overflow
+ * in *ovf (the value then saturates), and the caller names the quantity that overflowed. */
+static uint64_t cmul(uint64_t a, uint64_t b, int *ovf) { uint64_t r; if (!wu_mul(a, b, &r)) { *ovf = 1; return UINT64_MAX; } return r; }
+static uint64_t cadd(uint64_t a, uint64_t b, int *ovf) { uint64_t r; if (!wu_add(a, b, &r)) { *ovf = 1; return UINT64_MAX; } return r; }
+
+/* The widest activation vector (one scratch buffer): every width is a product of config
+ * values below 2^24, so it is computed in u64 and the caller refuses one above 2^32. */
+static uint64_t max_width(const wc_config *c) {
+    uint64_t w = c->hidden;
+    uint64_t cand[] = {(uint64_t)c->kda_heads * c->kda_dim, c->inter, (uint64_t)c->moe_inter * MAX(c->n_shared, 1),
+                       (uint64_t)c->mla_heads * (c->d_nope + c->d_rope), (uint64_t)c->mla_heads * c->d_v,
+                       (uint64_t)c->mla_heads * (c->d_nope + c->d_v), c->q_rank, (uint64_t)c->kv_rank + c->d_rope,
+                       (uint64_t)c->mla_heads * c->kv_rank, c->n_experts, (uint64_t)c->kda_dim * c->kda_dim};
     for (unsigned i = 0; i < sizeof cand / sizeof cand[0]; i++) w = MAX(w, cand[i]);
     return w;
 }
@@ -37,16 +44,38 @@ static uint64_t embed_row_bytes(const wc_container *c) {
     return e ? wf_row_bytes(e->fmt, e->group, c->cfg.hidden) : 4ull * c->cfg.hidden;
 }
 
-static void buffer_bytes(const wc_container *c, uint32_t ctx_tokens, uint32_t chunk, uint64_t *state, uint64_t *scratch) {
+static int32_t buffer_bytes(const wc_container *c, uint32_t ctx_tokens, uint32_t chunk, uint64_t *state, uint64_t *scratch,
+                            char *err, uint64_t cap) {
     const wc_config *cf = &c->cfg;
-    uint64_t hd = (uint64_t)cf->kda_heads * cf->kda_dim;
-    uint64_t kda = (3 * hd * (cf->conv_k ? cf->conv_k - 1 : 0) + 1) * 4 + (uint64_t)cf->kda_heads * cf->kda_dim * cf->kda_dim * 4;
-    uint64_t mla = (uint64_t)ctx_tokens * (cf->kv_rank + cf->d_rope) * 4;
-    *state = (uint64_t)ctx_tokens * 4 + 3ull * cf->n_layers * sizeof(float *) + kda * cf->n_kda + mla * cf->n_mla +
-             we_table_bytes((uint64_t)c->n_banks * cf->n_experts);
-    uint64_t k = MAX(cf->top_k, 1);
-    *scratch = (3ull * chunk * cf->hidden + 12ull * max_width(cf) + ctx_tokens + cf->vocab) * 4 + (uint64_t)cf->vocab * 8 +
-               2ull * chunk * k * 4 + MAX(cf->n_experts, 1) + embed_row_bytes(c) + 64;
+    int ovf = 0;
+    uint64_t hd = (uint64_t)cf->kda_heads * cf->kda_dim;   /* < 2^24 each: no overflow */
+    /* per KDA layer: conv rings [3][hd][K-1] (+1 float) and S [Hk][d][d]; per MLA layer: [T][r+dr] */
+    uint64_t kda = cadd(cmul(cadd(cmul(3 * hd, cf->conv_k ? cf->conv_k - 1 : 0, &ovf), 1, &ovf), 4, &ovf),
+                        cmul(cmul(hd, cf->kda_dim, &ovf), 4, &ovf), &ovf);
+    uint64_t mla = cmul(cmul(ctx_tokens, (uint64_t)cf->kv_rank + cf->d_rope, &ovf), 4, &ovf);
+    uint64_t st = cadd((uint64_t)ctx_tokens * 4, 3ull * cf->n_layers * sizeof(float *), &ovf);
+    st = cadd(st, cmul(kda, cf->n_kda, &ovf), &ovf);
+    st = cadd(st, cmul(mla, cf->n_mla, &ovf), &ovf);
+    st = cadd(st, cmul((uint64_t)c->n_banks * cf->n_experts, we_table_bytes(1), &ovf), &ovf);
+    if (ovf) {
+        wu_errf(err, cap, "memory sizing overflows u64: state (KDA %llu x %u layers + MLA %llu x %u layers at ctx_tokens %u)",
+                (unsigned long long)kda, cf->n_kda, (unsigned long long)mla, cf->n_mla, ctx_tokens);
+        return WASTE_E_FORMAT;
+    }
+    uint64_t w = max_width(cf), k = MAX(cf->top_k, 1);
+    if (w > UINT32_MAX) {
+        wu_errf(err, cap, "manifest.json: config widths give an activation of %llu floats (above 2^32)", (unsigned long long)w);
+        return WASTE_E_FORMAT;
+    }
+    /* xs, xn, acc [chunk][H]; 12 buffers [maxw]; scores [T]; logits [V] (floats); sampler
+     * pairs [V] x 16; sel, selw [chunk][k]; expert flags [E]; one embedding row. */
+    uint64_t floats = cadd(cadd(cmul(3ull * chunk, cf->hidden, &ovf), 12 * w, &ovf), (uint64_t)ctx_tokens + cf->vocab, &ovf);
+    uint64_t sc = cadd(cmul(floats, 4, &ovf), (uint64_t)cf->vocab * 16, &ovf);
+    sc = cadd(sc, cmul(2ull * chunk * 4, k, &ovf), &ovf);
+    sc = cadd(sc, (uint64_t)MAX(cf->n_experts, 1) + embed_row_bytes(c) + 64, &ovf);
+    if (ovf) { wu_errf(err, cap, "memory sizing overflows u64: scratch (%llu activation floats)", (unsigned long long)floats); return WASTE_E_FORMAT; }
+    *state = st; *scratch = sc;
+    return WASTE_OK;
 }
 
 int32_t wm_sizing_compute(const wc_container *c, uint32_t ctx_tokens, uint32_t chunk, uint64_t budget_cfg,
@@ -54,15 +83,31 @@ int32_t wm_sizing_compute(const wc_container *c, uint32_t ctx_tokens, uint32_t c
     const wc_config *cf = &c->cfg;
     memset(s, 0, sizeof *s);
     s->trunk = c->resident_bytes;
-    buffer_bytes(c, ctx_tokens, chunk, &s->state, &s->scratch);
+    int32_t st = buffer_bytes(c, ctx_tokens, chunk, &s->state, &s->scratch, err, cap);
+    if (st) return st;
     s->vision = 0;
     s->record = c->max_record_bytes;
-    s->min_cache = c->n_banks ? 2ull * cf->top_k * s->record : 0;
-    s->floor = s->trunk + s->state + s->scratch + s->vision + s->min_cache;
-    s->working_set = (uint64_t)c->n_banks * cf->top_k * s->record;
+    int ovf = 0;
+    s->min_cache = c->n_banks ? cmul(2ull * cf->top_k, s->record, &ovf) : 0;
+    s->floor = cadd(cadd(cadd(cadd(s->trunk, s->state, &ovf), s->scratch, &ovf), s->vision, &ovf), s->min_cache, &ovf);
+    if (ovf) {
+        wu_errf(err, cap, "memory sizing overflows u64: floor = trunk %llu + state %llu + scratch %llu + vision %llu + min cache "
+                "(2 x top_k %u x record %llu)", (unsigned long long)s->trunk, (unsigned long long)s->state,
+                (unsigned long long)s->scratch, (unsigned long long)s->vision, cf->top_k, (unsigned long long)s->record);
+        return WASTE_E_FORMAT;
+    }
+    s->working_set = cmul(cmul(c->n_banks, cf->top_k, &ovf), s->record, &ovf);   /* <= every expert: checked at parse */
     s->experts = c->all_expert_bytes;
+    uint64_t all_cached = cadd(s->floor - s->min_cache, s->experts, &ovf);
+    if (ovf) {
+        wu_errf(err, cap, "memory sizing overflows u64: floor %llu - min cache + every expert %llu", (unsigned long long)s->floor,
+                (unsigned long long)s->experts);
+        return WASTE_E_FORMAT;
+    }
+    /* floor + 3·WS may exceed u64 only when it exceeds all_cached too: saturate, min() wins. */
+    int wide = 0;
+    s->recommended = MIN(cadd(s->floor, cmul(3, s->working_set, &wide), &wide), all_cached);
     s->usable = waste_usable_ram();
-    s->recommended = MIN(s->floor + 3 * s->working_set, s->floor - s->min_cache + s->experts);
     uint64_t three_q = s->usable / 4 * 3;
     s->auto_budget = MAX(s->floor, MIN(three_q, s->recommended));
     if (budget_cfg == 0) {
@@ -87,6 +132,7 @@ int32_t wm_sizing_compute(const wc_container *c, uint32_t ctx_tokens, uint32_t c
         s->budget = budget_cfg;
     }
     if (s->record) {
+        /* budget >= floor >= min cache, and budget <= usable RAM: no wrap. */
         uint64_t slots = (s->budget - s->floor + s->min_cache) / s->record;
         uint64_t all = (uint64_t)c->n_banks * cf->n_experts;
         s->slots = MIN(slots, all);
@@ -106,6 +152,8 @@ static int32_t bind_mat(waste_ctx *ctx, wm_mat *m, const char *name, uint64_t ro
         wu_errf(err, cap, "tensor %s: format %s is not supported by this engine yet", name, wf_name(t->fmt));
         return WASTE_E_UNSUPPORTED;
     }
+    /* Defensive: the manifest check keeps every tensor but the embedding resident. */
+    if (!t->data) { wu_errf(err, cap, "tensor %s: not resident (on_disk is only for embed)", name); return WASTE_E_FORMAT; }
     m->fmt = t->fmt; m->group = t->group; m->rows = (uint32_t)rows; m->cols = (uint32_t)cols;
     m->row_bytes = wf_row_bytes(t->fmt, t->group, cols);
     m->data = t->data;
@@ -115,14 +163,13 @@ static int32_t bind_mat(waste_ctx *ctx, wm_mat *m, const char *name, uint64_t ro
 static int32_t bind_vec(waste_ctx *ctx, const float **v, const char *name, uint64_t n, uint64_t n2, char *err, uint64_t cap) {
     const wc_tensor *t = wc_find(&ctx->c, name);
     if (!t) { wu_errf(err, cap, "manifest.json: missing tensor %s", name); return WASTE_E_FORMAT; }
-    uint64_t total = t->ndim == 2 ? t->shape[0] * t->shape[1] : t->shape[0];
     int ok = n2 ? (t->ndim == 2 && t->shape[0] == n && t->shape[1] == n2) : (t->ndim == 1 && t->shape[0] == n);
     if (!ok || t->fmt != WF_F32) {
         if (n2) wu_errf(err, cap, "manifest.json: tensor %s must be f32 [%llu, %llu]", name, (unsigned long long)n, (unsigned long long)n2);
         else wu_errf(err, cap, "manifest.json: tensor %s must be f32 [%llu]", name, (unsigned long long)n);
         return WASTE_E_FORMAT;
     }
-    (void)total;
+    if (!t->data) { wu_errf(err, cap, "tensor %s: not resident (on_disk is only for embed)", name); return WASTE_E_FORMAT; }
     *v = (const float *)t->data;
     return WASTE_OK;
 }
@@ -266,13 +313,13 @@ int32_t wm_alloc_state(waste_ctx *ctx, uint64_t *bytes, char *err, uint64_t cap)
             if (!ctx->lat[l]) goto oom;
         }
     }
-    ctx->maxw = max_width(c);
+    ctx->maxw = (uint32_t)max_width(c);   /* buffer_bytes refused a width above 2^32 */
     ctx->xs = counted((uint64_t)chunk * c->hidden, sizeof(float), &sum);
     ctx->xn = counted((uint64_t)chunk * c->hidden, sizeof(float), &sum);
     ctx->acc = counted((uint64_t)chunk * c->hidden, sizeof(float), &sum);
     ctx->scores = counted(T, sizeof(float), &sum);
     ctx->logits = counted(c->vocab, sizeof(float), &sum);
-    ctx->sample_pairs = counted(c->vocab, 8, &sum);   /* struct ws_pair is {float, int32_t} */
+    ctx->sample_pairs = counted(c->vocab, 16, &sum);  /* struct ws_pair is {double, int32_t, pad} */
     ctx->sel = counted((uint64_t)chunk * MAX(c->top_k, 1), sizeof(int32_t), &sum);
     ctx->selw = counted((uint64_t)chunk * MAX(c->top_k, 1), sizeof(float), &sum);
     ctx->expert_used = counted(MAX(c->n_experts, 1), 1, &sum);
@@ -315,7 +362,10 @@ void wm_reset_state(waste_ctx *ctx) {
 }
 
 /* ==== math helpers (f32) =========================================================== */
-static float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
+/* Transcendentals are the engine's own (numerics.c); sqrtf is IEEE-exact and stays libm's. */
+static float sigmoidf_(float x) { return 1.0f / (1.0f + wn_expf(-x)); }
+/* softplus(a) = log(1 + e^a) in f32, as the reference computes it; a > 20 passes through (§4.1). */
+static float softplusf_(float a) { return a > 20.0f ? a : wn_logf(1.0f + wn_expf(a)); }
 static float siluf_(float x) { return x * sigmoidf_(x); }
 
 /* y = w ⊙ x / sqrt(mean(x²) + eps); x and y may alias. */
@@ -348,10 +398,12 @@ static void kda_step(waste_ctx *ctx, uint32_t l, const float *xn, float *out) {
     float *p[3] = {ctx->buf[0], ctx->buf[1], ctx->buf[2]};   /* q, k, v: [hd] */
     float *fa = ctx->buf[3], *g = ctx->buf[4], *beta = ctx->buf[5], *z = ctx->buf[6], *y = ctx->buf[7];
     float *r = ctx->buf[8], *delta = ctx->buf[9];
+    // xn: [H] -> p[q|k|v]: [hd] (hd = Hk * d)
     matvec(ctx, &L->q_proj, xn, p[0]);
     matvec(ctx, &L->k_proj, xn, p[1]);
     matvec(ctx, &L->v_proj, xn, p[2]);
     /* Short conv over the last K-1 pre-conv inputs plus the current one, then SiLU. */
+    // conv state st: [3][hd][K-1] (oldest tap first), taps w: [hd][K]
     for (int ch = 0; ch < 3; ch++) {
         float *st = ctx->conv[l] + (uint64_t)ch * hd * (K - 1);
         const float *w = L->conv[ch];
@@ -367,6 +419,7 @@ static void kda_step(waste_ctx *ctx, uint32_t l, const float *xn, float *out) {
     }
     float *q = p[0], *k = p[1], *v = p[2];
     float qscale = 1.0f / sqrtf((float)d);
+    // q, k: [Hk][d], L2-normalised per head
     for (uint32_t h = 0; h < Hk; h++) {
         float sq = 0.0f, sk = 0.0f;
         for (uint32_t i = 0; i < d; i++) { sq += q[h * d + i] * q[h * d + i]; sk += k[h * d + i] * k[h * d + i]; }
@@ -374,23 +427,25 @@ static void kda_step(waste_ctx *ctx, uint32_t l, const float *xn, float *out) {
         for (uint32_t i = 0; i < d; i++) { q[h * d + i] = q[h * d + i] / nq * qscale; k[h * d + i] = k[h * d + i] / nk; }
     }
     /* Per-channel decay gate g = -exp(A_log[h]) * softplus(f_b(f_a x) + dt_bias). */
+    // xn: [H] -> fa: [d] -> g: [hd]; a_log: [Hk], dt_bias: [hd]
     matvec(ctx, &L->f_a, xn, fa);
     matvec(ctx, &L->f_b, fa, g);
     for (uint32_t i = 0; i < hd; i++) {
         float a = g[i] + L->dt_bias[i];
-        float sp = a > 20.0f ? a : logf(1.0f + expf(a));
-        g[i] = -expf(L->a_log[i / d]) * sp;
+        g[i] = -wn_expf(L->a_log[i / d]) * softplusf_(a);
     }
+    // beta: [Hk]; z: [hd] (via g_a: [d])
     matvec(ctx, &L->b_proj, xn, beta);
     for (uint32_t h = 0; h < Hk; h++) beta[h] = sigmoidf_(beta[h]);
     matvec(ctx, &L->g_a, xn, fa);
     matvec(ctx, &L->g_b, fa, z);
     /* Delta rule per head, decay first. S: [d keys][d values]. */
+    // S: [Hk][d][d]; r, delta: [d]; y: [Hk][d] -> out: [H]
     for (uint32_t h = 0; h < Hk; h++) {
         float *S = ctx->S[l] + (uint64_t)h * d * d;
         const float *kh = k + h * d, *qh = q + h * d, *vh = v + h * d, *gh = g + h * d;
         for (uint32_t i = 0; i < d; i++) {
-            float e = expf(gh[i]);
+            float e = wn_expf(gh[i]);
             for (uint32_t j = 0; j < d; j++) S[i * d + j] *= e;
         }
         for (uint32_t j = 0; j < d; j++) r[j] = 0.0f;
@@ -416,6 +471,7 @@ static void mla_step(waste_ctx *ctx, uint32_t l, const float *xn, uint64_t pos, 
     uint32_t nh = c->mla_heads, dn = c->d_nope, dr = c->d_rope, dv = c->d_v, r = c->kv_rank, lw = r + dr;
     float *q = ctx->buf[0], *qa = ctx->buf[1], *ckv = ctx->buf[2], *qabs = ctx->buf[3], *ctxc = ctx->buf[4];
     float *o = ctx->buf[5], *row = ctx->buf[6];
+    // xn: [H] -> q: [nh][dn + dr] (via qa: [q_rank] with q-LoRA)
     if (c->q_rank) {
         matvec(ctx, &L->mq_a, xn, qa);
         rmsnorm(qa, qa, L->q_a_norm, c->q_rank, c->mla_eps);
@@ -423,6 +479,7 @@ static void mla_step(waste_ctx *ctx, uint32_t l, const float *xn, uint64_t pos, 
     } else {
         matvec(ctx, &L->mq, xn, q);
     }
+    // ckv: [r + dr]; latent cache lat: [ctx_tokens][r + dr] = (c_kv normed, k_r) per position
     matvec(ctx, &L->kv_a, xn, ckv);
     float *lat = ctx->lat[l];
     float *cur = lat + pos * lw;
@@ -432,12 +489,14 @@ static void mla_step(waste_ctx *ctx, uint32_t l, const float *xn, uint64_t pos, 
     for (uint32_t h = 0; h < nh; h++) {
         const float *qn = q + (uint64_t)h * (dn + dr), *qr = qn + dn;
         /* q_n · (W_kn c) = (W_knᵀ q_n) · c: fold the nope rows of kv_b into the query. */
+        // kv_b: [nh][dn + dv][r]; qabs: [r]; row: [r]
         for (uint32_t j = 0; j < r; j++) qabs[j] = 0.0f;
         for (uint32_t i = 0; i < dn; i++) {
             wk_decode_row(&L->kv_b, h * (dn + dv) + i, row);
             float qi = qn[i];
             for (uint32_t j = 0; j < r; j++) qabs[j] += qi * row[j];
         }
+        // scores: [pos + 1], in position order
         float mx = -INFINITY;
         for (uint64_t t = 0; t <= pos; t++) {
             const float *lt = lat + t * lw;
@@ -447,7 +506,8 @@ static void mla_step(waste_ctx *ctx, uint32_t l, const float *xn, uint64_t pos, 
             if (s > mx) mx = s;
         }
         float sum = 0.0f;
-        for (uint64_t t = 0; t <= pos; t++) { ctx->scores[t] = expf(ctx->scores[t] - mx); sum += ctx->scores[t]; }
+        for (uint64_t t = 0; t <= pos; t++) { ctx->scores[t] = wn_expf(ctx->scores[t] - mx); sum += ctx->scores[t]; }
+        // ctxc: [r] = sum_t p_t c_kv[t]; o_h: [dv] = W_v ctxc
         for (uint32_t j = 0; j < r; j++) ctxc[j] = 0.0f;
         for (uint64_t t = 0; t <= pos; t++) {
             float pt = ctx->scores[t] / sum;
@@ -456,6 +516,7 @@ static void mla_step(waste_ctx *ctx, uint32_t l, const float *xn, uint64_t pos, 
         }
         for (uint32_t i = 0; i < dv; i++) o[h * dv + i] = wk_dot_row(ctx->k, &L->kv_b, h * (dn + dv) + dn + i, ctxc);
     }
+    // o: [nh][dv] -> out: [H]
     matvec(ctx, &L->mo, o, out);
 }
 
@@ -463,6 +524,7 @@ static void mla_step(waste_ctx *ctx, uint32_t l, const float *xn, uint64_t pos, 
 /* y = down(silu(gate x) ⊙ up x) */
 static void swiglu(waste_ctx *ctx, const wm_mat *gate, const wm_mat *up, const wm_mat *down, const float *x, float *y) {
     float *g = ctx->buf[9], *u = ctx->buf[10];
+    // x: [H] -> g, u: [I] (gate->rows) -> y: [H]
     matvec(ctx, gate, x, g);
     matvec(ctx, up, x, u);
     for (uint32_t i = 0; i < gate->rows; i++) g[i] = siluf_(g[i]) * u[i];
@@ -472,6 +534,7 @@ static void swiglu(waste_ctx *ctx, const wm_mat *gate, const wm_mat *up, const w
 static void route(waste_ctx *ctx, const wm_layer *L, const float *xn, int32_t *sel, float *w) {
     const wc_config *c = &ctx->c.cfg;
     float *s = ctx->buf[11];
+    // xn: [H] -> s: [E]; sel, w: [top_k]
     matvec(ctx, &L->router, xn, s);
     for (uint32_t e = 0; e < c->n_experts; e++) s[e] = sigmoidf_(s[e]);
     /* Top-k by s + bias, ties to the lower id; the bias only selects. */
@@ -500,6 +563,7 @@ static int32_t moe_chunk(waste_ctx *ctx, uint32_t l, uint32_t n) {
     uint32_t H = c->hidden, k = c->top_k;
     float *y = ctx->buf[8];
     memset(ctx->expert_used, 0, c->n_experts);
+    // xn, acc: [n][H]; sel, selw: [n][k]; expert_used: [E]
     for (uint32_t t = 0; t < n; t++) {
         route(ctx, L, ctx->xn + (uint64_t)t * H, ctx->sel + (uint64_t)t * k, ctx->selw + (uint64_t)t * k);
         for (uint32_t j = 0; j < k; j++) ctx->expert_used[ctx->sel[(uint64_t)t * k + j]] = 1;
@@ -513,6 +577,7 @@ static int32_t moe_chunk(waste_ctx *ctx, uint32_t l, uint32_t n) {
         int32_t st = we_get(ctx, (uint32_t)L->bank, e, &rec);
         if (st) return st;
         const uint8_t *body = rec + 256;
+        // record body: gate [I][H], up [I][H], down [H][I] (docs/FORMAT.md §5)
         wm_mat mg = {b->fmt, b->group, b->rows[0], b->cols[0], wf_row_bytes(b->fmt, b->group, b->cols[0]), body + b->block_off[0]};
         wm_mat mu = {b->fmt, b->group, b->rows[1], b->cols[1], wf_row_bytes(b->fmt, b->group, b->cols[1]), body + b->block_off[1]};
         wm_mat md = {b->fmt, b->group, b->rows[2], b->cols[2], wf_row_bytes(b->fmt, b->group, b->cols[2]), body + b->block_off[2]};
@@ -527,6 +592,7 @@ static int32_t moe_chunk(waste_ctx *ctx, uint32_t l, uint32_t n) {
         }
         we_unpin_all(&ctx->cache);
     }
+    // shared experts last, then the residual: xs: [n][H] += acc
     for (uint32_t t = 0; t < n; t++) {
         float *a = ctx->acc + (uint64_t)t * H;
         if (L->has_ffn) {
@@ -544,6 +610,7 @@ int32_t wm_forward(waste_ctx *ctx, const int32_t *ids, uint32_t n, int want_logi
     const wc_config *c = &ctx->c.cfg;
     uint32_t H = c->hidden;
     double t0 = wu_now_ms();
+    // ids: [n] -> xs: [n][H] (the residual stream of the chunk)
     for (uint32_t t = 0; t < n; t++) {
         int32_t st = wc_read_embed_row(&ctx->c, ctx->embed, (uint32_t)ids[t], ctx->row_tmp, ctx->xs + (uint64_t)t * H,
                                        ctx->err, sizeof ctx->err);
@@ -553,6 +620,7 @@ int32_t wm_forward(waste_ctx *ctx, const int32_t *ids, uint32_t n, int want_logi
     float *mix = ctx->acc;
     for (uint32_t l = 0; l < c->n_layers; l++) {
         const wm_layer *L = &ctx->layers[l];
+        // mixer token by token (recurrent): x: [H], xin = xn[0]: [H], o = acc[0]: [H]
         for (uint32_t t = 0; t < n; t++) {
             float *x = ctx->xs + (uint64_t)t * H, *xin = ctx->xn, *o = mix;
             rmsnorm(xin, x, L->attn_norm, H, c->rms_eps);
@@ -560,6 +628,7 @@ int32_t wm_forward(waste_ctx *ctx, const int32_t *ids, uint32_t n, int want_logi
             else kda_step(ctx, l, xin, o);
             for (uint32_t i = 0; i < H; i++) x[i] += o[i];
         }
+        // FFN input for the whole chunk: xn: [n][H]
         for (uint32_t t = 0; t < n; t++)
             rmsnorm(ctx->xn + (uint64_t)t * H, ctx->xs + (uint64_t)t * H, L->ffn_norm, H, c->rms_eps);
         if (L->is_moe) {
@@ -578,6 +647,7 @@ int32_t wm_forward(waste_ctx *ctx, const int32_t *ids, uint32_t n, int want_logi
     ctx->pos += n;
     if (want_logits) {
         float *h = ctx->buf[0];
+        // last position only: h: [H] -> logits: [V]
         rmsnorm(h, ctx->xs + (uint64_t)(n - 1) * H, ctx->final_norm, H, c->rms_eps);
         matvec(ctx, &ctx->lm_head, h, ctx->logits);
         ctx->has_logits = 1;

@@ -2,25 +2,26 @@
  *
  * Sections: errors and files, rank table (hash), rank-file loader, specials.json loader,
  * UTF-8, the PAT scanner, BPE, the tokenize pipeline, accessors. tokenizer.h documents
- * the pipeline and the treatment of invalid UTF-8.
+ * the pipeline; input that is not valid UTF-8 is refused (WT_E_ARG).
  */
 #define _POSIX_C_SOURCE 200809L
 
 #include "tokenizer.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "unicode_tables.h"
 
 #define NO_RANK UINT32_MAX
 #define NO_NODE UINT32_MAX
-/* An invalid-UTF-8 run is cut into pieces of at most this many bytes, bounding BPE memory. */
-#define WT_MAX_INVALID_PIECE 25000u
 
 typedef struct {
     int32_t id;
@@ -54,42 +55,51 @@ __attribute__((format(printf, 3, 4))) static void set_err(char *err, uint64_t ca
     va_end(ap);
 }
 
+/* Reads a whole tokenizer file. Only a regular file is read (opened with O_NONBLOCK so a
+ * FIFO cannot block, fstat-checked, then back to blocking reads) and at most
+ * WT_MAX_FILE_BYTES of it: /dev/zero or a huge file is refused, not read until OOM. */
 static int32_t read_file(const char *path, uint8_t **data, uint64_t *len, char *err,
                          uint64_t cap)
 {
     *data = NULL;
     *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
         set_err(err, cap, "%s: cannot open: %s", path, strerror(errno));
         return WT_E_IO;
     }
-    uint64_t size = 0, alloc = 1 << 16;
-    uint8_t *buf = malloc(alloc);
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        set_err(err, cap, "%s: not a regular file", path);
+        return WT_E_IO;
+    }
+    uint64_t size = (uint64_t)st.st_size;
+    if (size > WT_MAX_FILE_BYTES) {
+        close(fd);
+        set_err(err, cap, "%s: %llu bytes, above the %u MiB limit for tokenizer files", path,
+                (unsigned long long)size, WT_MAX_FILE_BYTES >> 20);
+        return WT_E_FORMAT;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    uint8_t *buf = malloc((size_t)size + 1);
     if (buf == NULL) {
-        fclose(f);
+        close(fd);
         return WT_E_NOMEM;
     }
-    for (;;) {
-        if (size == alloc) {
-            uint8_t *grown = alloc > UINT64_MAX / 2 ? NULL : realloc(buf, alloc * 2);
-            if (grown == NULL) {
-                free(buf);
-                fclose(f);
-                return WT_E_NOMEM;
-            }
-            buf = grown;
-            alloc *= 2;
-        }
-        size_t got = fread(buf + size, 1, (size_t)(alloc - size), f);
-        size += got;
-        if (got == 0) break;
+    uint64_t got = 0;
+    while (got < size) {
+        ssize_t r = pread(fd, buf + got, (size_t)(size - got), (off_t)got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        got += (uint64_t)r;
     }
-    int failed = ferror(f);
-    fclose(f);
-    if (failed) {
+    close(fd);
+    if (got != size) {
         free(buf);
-        set_err(err, cap, "%s: read error", path);
+        set_err(err, cap, "%s: read error (%llu of %llu bytes)", path, (unsigned long long)got,
+                (unsigned long long)size);
         return WT_E_IO;
     }
     *data = buf;
@@ -575,7 +585,8 @@ static int32_t json_skip_value(json_cur *c, int depth)
     }
 }
 
-/* One {"id": int, "text": string} object; unknown keys are skipped. */
+/* One {"id": int, "text": string} object; unknown keys are skipped, a repeated id or text
+ * is refused (JSON parsers disagree on which copy wins). */
 static int32_t json_special(json_cur *c, wt_special *sp, uint32_t n_base, uint32_t index)
 {
     const uint8_t *obj_start = c->p;
@@ -608,6 +619,7 @@ static int32_t json_special(json_cur *c, wt_special *sp, uint32_t n_base, uint32
         if (key_len == 2 && memcmp(key, "id", 2) == 0) {
             int is_int = 0;
             free(key);
+            if (have_id) return json_fail(c, "duplicate key \"id\"");
             if (c->p >= c->end || !(*c->p == '-' || (*c->p >= '0' && *c->p <= '9')))
                 return json_fail(c, "\"id\" must be an integer");
             if ((st = json_number(c, &id, &is_int)) != WT_OK) return st;
@@ -615,9 +627,8 @@ static int32_t json_special(json_cur *c, wt_special *sp, uint32_t n_base, uint32
             have_id = 1;
         } else if (key_len == 4 && memcmp(key, "text", 4) == 0) {
             free(key);
+            if (sp->text != NULL) return json_fail(c, "duplicate key \"text\"");
             if (c->p >= c->end || *c->p != '"') return json_fail(c, "\"text\" must be a string");
-            free(sp->text);
-            sp->text = NULL;
             if ((st = json_string(c, &sp->text, &sp->len)) != WT_OK) return st;
         } else {
             free(key);
@@ -1143,7 +1154,7 @@ static int32_t tokenize_all(const wt_tokenizer *t, scratch *s, const uint8_t *te
     if (!s->cp || !s->off || !s->fl) return WT_E_NOMEM;
     uint64_t pos = 0;
     while (pos < len) {
-        /* A window: up to WT_MAX_ENCODE_CHARS valid code points. */
+        /* A window: up to WT_MAX_ENCODE_CHARS code points (the text was validated). */
         uint64_t n = 0;
         uint32_t c;
         unsigned k;
@@ -1155,22 +1166,24 @@ static int32_t tokenize_all(const wt_tokenizer *t, scratch *s, const uint8_t *te
             n++;
             pos += k;
         }
+        if (n == 0) return WT_E_ARG; /* unreachable: wt_tokenize validated the text */
         s->off[n] = pos;
         int32_t st = encode_window(t, s, text, n, markup, out);
         if (st != WT_OK) return st;
-        /* The invalid run that stopped it, if any: bytes, cut every WT_MAX_INVALID_PIECE. */
-        uint64_t start = pos;
-        while (pos < len && utf8_decode(text + pos, len - pos, &c) == 0) {
-            pos++;
-            if (pos - start == WT_MAX_INVALID_PIECE) {
-                if ((st = bpe_piece(t, s, text + start, pos - start, out)) != WT_OK) return st;
-                start = pos;
-            }
-        }
-        if (pos > start && (st = bpe_piece(t, s, text + start, pos - start, out)) != WT_OK)
-            return st;
     }
     return WT_OK;
+}
+
+uint64_t wt_utf8_invalid_at(const char *text, uint64_t len)
+{
+    const uint8_t *p = (const uint8_t *)text;
+    uint32_t c;
+    for (uint64_t pos = 0; pos < len;) {
+        unsigned k = utf8_decode(p + pos, len - pos, &c);
+        if (k == 0) return pos;
+        pos += k;
+    }
+    return UINT64_MAX;
 }
 
 int32_t wt_tokenize(const wt_tokenizer *t, const char *text, uint64_t len, int32_t markup,
@@ -1179,6 +1192,7 @@ int32_t wt_tokenize(const wt_tokenizer *t, const char *text, uint64_t len, int32
     if (n_out != NULL) *n_out = 0;
     if (t == NULL || n_out == NULL || (text == NULL && len > 0) || (out == NULL && cap > 0))
         return WT_E_ARG;
+    if (wt_utf8_invalid_at(text, len) != UINT64_MAX) return WT_E_ARG;
     scratch s = {0};
     sink sk = {out, cap, 0};
     int32_t st = len > 0 ? tokenize_all(t, &s, (const uint8_t *)text, len, markup, &sk) : WT_OK;

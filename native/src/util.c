@@ -1,10 +1,13 @@
 /* util.c — small shared helpers: crc32 (IEEE), FNV-1a, fp16/bf16 decoding, errors,
  * overflow-checked arithmetic, exact preads and the monotonic clock. */
 #include <errno.h>
+#include <fcntl.h>
+#include <locale.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -96,10 +99,57 @@ void wu_write_u64le(uint8_t *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] =
 void wu_write_u32le(uint8_t *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i)); }
 
 /* ==== errors, arithmetic, I/O ======================================================= */
-void wu_errf(char *err, uint64_t cap, const char *fmt, ...) {
+/* Length of the valid UTF-8 sequence at s (1-4), or 0 when s does not start one. */
+static unsigned utf8_seq(const unsigned char *s) {
+    unsigned char b = s[0];
+    if (b < 0x80) return 1;
+    unsigned need = b >= 0xC2 && b <= 0xDF ? 2 : b >= 0xE0 && b <= 0xEF ? 3 : b >= 0xF0 && b <= 0xF4 ? 4 : 0;
+    if (need == 0) return 0;
+    unsigned char lo = 0x80, hi = 0xBF;
+    if (b == 0xE0) lo = 0xA0; else if (b == 0xED) hi = 0x9F; else if (b == 0xF0) lo = 0x90; else if (b == 0xF4) hi = 0x8F;
+    if (s[1] < lo || s[1] > hi) return 0;               /* also stops at the NUL */
+    for (unsigned i = 2; i < need; i++) if ((s[i] & 0xC0) != 0x80) return 0;
+    return need;
+}
+
+void wu_sanitize(char *err, uint64_t cap) {
     if (!err || cap == 0) return;
-    va_list ap; va_start(ap, fmt);
+    const unsigned char *p = (const unsigned char *)err;
+    uint64_t i = 0;
+    while (p[i] && utf8_seq(p + i)) i += utf8_seq(p + i);
+    if (!p[i]) return;                                   /* already valid UTF-8: the usual case */
+    char out[2048];
+    uint64_t lim = cap < sizeof out ? cap : sizeof out, o = 0;
+    memcpy(out, err, (size_t)(i < lim ? i : lim - 1));
+    o = i < lim ? i : lim - 1;
+    while (p[i] && o + 1 < lim) {
+        unsigned k = utf8_seq(p + i);
+        if (k) {
+            if (o + k >= lim) break;
+            memcpy(out + o, p + i, k); o += k; i += k;
+        } else {
+            if (o + 4 >= lim) break;
+            snprintf(out + o, 5, "\\x%02X", p[i]); o += 4; i++;
+        }
+    }
+    out[o] = 0;
+    memcpy(err, out, (size_t)o + 1);
+}
+
+void wu_vformat(char *err, uint64_t cap, const char *fmt, va_list ap) {
+    if (!err || cap == 0) return;
+    /* Details read the same whatever the host's LC_NUMERIC ("2.446", never "2,446"): the
+     * C locale for this thread while formatting. */
+    locale_t c_numeric = newlocale(LC_NUMERIC_MASK, "C", (locale_t)0);
+    locale_t caller = c_numeric ? uselocale(c_numeric) : (locale_t)0;
     vsnprintf(err, cap > 0x7fffffff ? 0x7fffffff : (size_t)cap, fmt, ap);
+    if (c_numeric) { uselocale(caller); freelocale(c_numeric); }
+    wu_sanitize(err, cap);
+}
+
+void wu_errf(char *err, uint64_t cap, const char *fmt, ...) {
+    va_list ap; va_start(ap, fmt);
+    wu_vformat(err, cap, fmt, ap);
     va_end(ap);
 }
 
@@ -110,6 +160,21 @@ int wu_mul(uint64_t a, uint64_t b, uint64_t *out) {
 int wu_add(uint64_t a, uint64_t b, uint64_t *out) {
     if (b > UINT64_MAX - a) return 0;
     *out = a + b; return 1;
+}
+
+int wu_open_regular(const char *path, int extra_flags, int *fd_out, uint64_t *size) {
+    *fd_out = -1;
+    /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | extra_flags);
+    if (fd < 0) return -1;
+    struct stat st;
+    if (fstat(fd, &st) != 0) { int e = errno; close(fd); errno = e; return -1; }
+    if (!S_ISREG(st.st_mode)) { close(fd); return -2; }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) { int e = errno; close(fd); errno = e; return -1; }
+    *fd_out = fd;
+    if (size) *size = (uint64_t)st.st_size;
+    return 0;
 }
 
 int wu_pread_full(int fd, void *buf, uint64_t len, uint64_t off) {

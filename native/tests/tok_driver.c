@@ -5,6 +5,7 @@
  * MODE: (none) prints the ids of INPUT (stdin when absent) on one line;
  *       --decode reads whitespace-separated ids and writes their bytes;
  *       --roundtrip tokenizes, checks the ids' bytes equal the input, prints "ok N";
+ *       input that is not valid UTF-8 is refused ("status -5: invalid UTF-8 at byte N");
  *       --info prints "n_base_vocab N n_vocab M unicode V".
  * Exit status: 0 success, 1 a tokenizer error (status and detail on stderr), 2 a failed
  * round trip, 64 bad usage. Builds against native/src only:
@@ -132,7 +133,11 @@ int main(int argc, char **argv)
         uint64_t n = 0;
         st = tokenize(t, text, len, markup, &ids, &n);
         if (st != WT_OK) {
-            fprintf(stderr, "status %d\n", st);
+            if (st == WT_E_ARG && wt_utf8_invalid_at((const char *)text, len) != UINT64_MAX)
+                fprintf(stderr, "status %d: invalid UTF-8 at byte %" PRIu64 "\n", st,
+                        wt_utf8_invalid_at((const char *)text, len));
+            else
+                fprintf(stderr, "status %d\n", st);
             rc = 1;
         } else if (strcmp(mode, "--roundtrip") == 0) {
             uint64_t pos = 0;

@@ -40,6 +40,8 @@ def lib(build_dir) -> ctypes.CDLL:
     lib.wt_n_base_vocab.restype = ctypes.c_uint32
     lib.wt_n_vocab.restype = ctypes.c_uint32
     lib.wt_special_id.restype = ctypes.c_int32
+    lib.wt_utf8_invalid_at.restype = ctypes.c_uint64
+    lib.wt_utf8_invalid_at.argtypes = [ctypes.c_char_p, ctypes.c_uint64]
     lib.wt_tokenizer_free.argtypes = [ctypes.c_void_p]
     return lib
 

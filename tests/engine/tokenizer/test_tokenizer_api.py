@@ -1,5 +1,5 @@
-"""The C tokenizer's API contract: E_SPACE sizes, token bytes, invalid UTF-8 kept byte for
-byte, rank-file and specials errors naming file and line, and the CLI driver under ASan."""
+"""The C tokenizer's API contract: E_SPACE sizes, token bytes, invalid UTF-8 refused with
+its byte offset, rank-file and specials errors naming file and line, and the CLI driver under ASan."""
 
 from __future__ import annotations
 
@@ -47,21 +47,30 @@ def test_token_bytes_and_vocab(models):
 @settings(max_examples=200, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.binary(max_size=300), markup=st.booleans())
-def test_invalid_utf8_round_trips(models, data, markup):
+def test_invalid_utf8_is_refused_and_valid_round_trips(models, lib, data, markup):
+    """engine.md §1: invalid UTF-8 is E_ARG (nothing produced); the offset is Python's."""
     tok, _, _ = models["mixed"]
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        status, n, _ = tok.tokenize_status(data, markup, len(data) + 1)
+        assert (status, n) == (E_ARG, 0)
+        assert lib.wt_utf8_invalid_at(data, len(data)) == exc.start
+        return
+    assert lib.wt_utf8_invalid_at(data, len(data)) == 2**64 - 1
     ids = tok.tokenize(data, markup)
     assert tok.decode(ids) == data
     if not markup:
         assert all(0 <= i < tok.n_base_vocab for i in ids)
 
 
-def test_invalid_run_is_its_own_piece(models):
+@pytest.mark.parametrize("data", [b"abc\xff\xfe\xe4\xb8def", b"\xed\xa0\x80", b"\xc0\xaf", b"\xf4\x90\x80\x80",
+                                  b"ok\xe4\xb8", b"\x80"])
+def test_invalid_utf8_kinds_are_refused(models, data):
+    """Stray bytes, a surrogate, an overlong form, > U+10FFFF, a truncated tail."""
     tok, _, _ = models["mixed"]
-    ids = tok.tokenize(b"abc\xff\xfe\xe4\xb8def")
-    expected = tok.tokenize("abc") + tok.tokenize(b"\xff\xfe\xe4\xb8") + tok.tokenize("def")
-    assert ids == expected
-    assert tok.tokenize(b"\xed\xa0\x80") == [0xED, 0xA0, 0x80]  # surrogate: bytes as-is
-    assert tok.tokenize(b"\xc0\xaf") == [0xC0, 0xAF]  # overlong
+    for markup in (False, True):
+        assert tok.tokenize_status(data, markup, 64)[:2] == (E_ARG, 0)
 
 
 def rank_file_cases():
@@ -135,7 +144,7 @@ def test_missing_files_are_io_errors(lib, tmp_path):
 
 
 def test_driver_under_sanitizers(build_dir, models):
-    """tok_driver built with ASan/UBSan: round trips (incl. invalid UTF-8), ids, info."""
+    """tok_driver built with ASan/UBSan: round trips, invalid UTF-8 refused, ids, info."""
     exe = build_dir / "tok_driver_asan"
     subprocess.run(["gcc", *CFLAGS, "-g", "-fsanitize=address,undefined",
                     "-fno-sanitize-recover=all", str(ROOT / "native/tests/tok_driver.c"),
@@ -144,14 +153,16 @@ def test_driver_under_sanitizers(build_dir, models):
     specials = ranks_path.with_suffix(".json")
     rng = random.Random(5)
     inputs = [CASES["mixed_words"].encode(), CASES["long_spaces"].encode(),
-              bytes(rng.randrange(256) for _ in range(5000)),
-              with_specials(CASES["han_kana"], rng).encode() + b"\xf0\x9f\x99"]
+              bytes(rng.randrange(256) for _ in range(5000)).decode("utf-8", "replace").encode(),
+              with_specials(CASES["han_kana"], rng).encode() + b"\xf0\x9f\x99\x82"]
     for data in inputs:
         for markup in ([], ["--markup"]):
             run = subprocess.run([str(exe), str(ranks_path), "--specials", str(specials),
                                   *markup, "--roundtrip"], input=data, capture_output=True)
             assert run.returncode == 0, run.stderr.decode()
             assert run.stdout.decode() == f"ok {len(tok.tokenize(data, bool(markup)))}\n"
+    run = subprocess.run([str(exe), str(ranks_path), "--roundtrip"], input=b"ab\xf0\x9f\x99", capture_output=True)
+    assert run.returncode == 1 and b"status -5: invalid UTF-8 at byte 2" in run.stderr, run.stderr.decode()
     run = subprocess.run([str(exe), str(ranks_path)], input=CASES["ascii"].encode(),
                          capture_output=True, check=True)
     assert [int(x) for x in run.stdout.split()] == enc.encode_ordinary(CASES["ascii"])

@@ -166,7 +166,8 @@ def new_cfg(options: NativeOptions, keep: list[Any]) -> Any:
     cfg.io_threads = options.io_threads
     cfg.lookahead = options.lookahead
     cfg.tokenizer_only = int(options.tokenizer_only)
-    cfg.kernels = lib.WASTE_KERNELS_GENERIC if options.kernels == "generic" else lib.WASTE_KERNELS_AUTO
+    cfg.kernels = {"auto": lib.WASTE_KERNELS_AUTO, "generic": lib.WASTE_KERNELS_GENERIC,
+                   "avx2": lib.WASTE_KERNELS_AVX2, "avx512": lib.WASTE_KERNELS_AVX512}[options.kernels]
     for name, text in (("cpu_list", options.cpu_list), ("usage_path", options.usage_path)):
         if text is not None:
             keep.append(ffi.new("char[]", text.encode("utf-8")))

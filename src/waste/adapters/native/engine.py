@@ -11,6 +11,8 @@ import logging
 from pathlib import Path
 from typing import Any, Sequence
 
+import attrs
+
 from waste.domain.engine import (EngineStats, GenerationResult, SamplingParams, TokenCallback,
                                  TokenEvent)
 
@@ -24,6 +26,16 @@ STOP_REASONS = {
 }
 _CALLBACK_STOP = 1
 log = logging.getLogger("waste.engine")
+
+
+@attrs.frozen(kw_only=True)
+class NativeGenerationResult(GenerationResult):
+    """``GenerationResult`` plus ``tail``: the UTF-8 bytes libwaste still held back when
+    generation ended without a final flush (``on_token`` stopped it in the middle of a
+    multi-byte character), so that the pieces plus ``tail`` equal ``detokenize`` of the
+    delivered ids. Empty after a stop id, ``max_tokens`` or a full context."""
+
+    tail: bytes = b""
 
 
 class _Delivery:
@@ -142,9 +154,10 @@ class NativeEngine(NativeContext):
         return ffi.unpack(logits, vocab)
 
     def generate(self, prompt: Sequence[int], params: SamplingParams,
-                 on_token: TokenCallback) -> GenerationResult:
+                 on_token: TokenCallback) -> NativeGenerationResult:
         """Prefill ``prompt``, then sample until a stop id, ``max_tokens``, a full context or
-        ``on_token`` returning True (``stop_reason`` "callback").
+        ``on_token`` returning True (``stop_reason`` "callback"). The result's ``tail``
+        holds the bytes of a multi-byte character the stop cut (see NativeGenerationResult).
 
         Raises:
             EngineError: E_ARG (empty prompt, bad id or parameter), E_CTX (does not fit;
@@ -171,12 +184,12 @@ class NativeEngine(NativeContext):
                 self._check(status)
         if delivery.error is not None:
             raise delivery.error
-        return GenerationResult(
+        return NativeGenerationResult(
             prompt_tokens=res.prompt_tokens, tokens_generated=res.tokens_generated,
             stop_reason=STOP_REASONS.get(res.stop_reason, str(res.stop_reason)),
             experts_hit=res.experts_hit, experts_missed=res.experts_missed,
             bytes_read=res.bytes_read, prefill_ms=res.prefill_ms, decode_ms=res.decode_ms,
-            direct_io=bool(res.direct_io))
+            direct_io=bool(res.direct_io), tail=ffi.unpack(res.tail, res.tail_len) if res.tail_len else b"")
 
     def add_image(self, rgb: bytes, width: int, height: int) -> int:
         """Queue an RGB8 image; returns its placeholder's position count.

@@ -11,7 +11,8 @@ from typing import Any
 import attrs
 
 CACHE_POLICIES = ("lfru", "lru")
-KERNELS = ("auto", "generic")
+# cfg.kernels: 0 auto, 1 generic, 2 avx2, 3 avx512 (a set the CPU lacks is E_UNSUPPORTED at open).
+KERNELS = ("auto", "generic", "avx2", "avx512")
 _U32 = 2**32 - 1
 _U64 = 2**64 - 1
 
