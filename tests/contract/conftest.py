@@ -2,17 +2,18 @@
 
 The container comes from ``waste.tools.make_container`` (deterministic, seed 0); the engine
 is libwaste through the cffi extension that ``pip install -e .`` builds. Without a C
-compiler the native tests skip, saying so; with one, a missing build is an error.
+compiler the native tests skip, saying so (fail under ``WASTE_REQUIRE_ORACLE=1``, as the
+engine tests do); with one, a missing build is an error.
 """
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 
 from tests.contract.engines import ENGINE_KINDS
+from tests.engine.conftest import require_compiler
 from waste.tools.make_container import build_container
 
 NATIVE_CTX_TOKENS = 256
@@ -23,8 +24,7 @@ def load_native():
     try:
         import waste.adapters.native as native
     except ImportError as exc:
-        if shutil.which("gcc") is None and shutil.which("cc") is None:
-            pytest.skip("no C compiler (gcc or cc) on this machine: libwaste cannot be built")
+        require_compiler()
         pytest.fail(f"a C compiler exists but libwaste is not built ({exc}); run `pip install -e .`")
     return native
 

@@ -201,7 +201,12 @@ class NativeContext:
         check(status, lambda: _text(err))
         self._ctx = out[0]
         self._final_stats: Any = None
-        self._info = self._read_model_info()
+        try:
+            self._info = self._read_model_info()
+        except BaseException:
+            lib.waste_close(self._ctx)   # nobody else holds the pointer yet: free it here
+            self._ctx = ffi.NULL
+            raise
 
     # -- lifetime ---------------------------------------------------------------------
     @contextmanager
