@@ -10,7 +10,6 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import socket
-import threading
 
 import httpx
 import pytest

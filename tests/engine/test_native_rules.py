@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.engine.conftest import EXTENSION_ENV, NATIVE
+from tests.engine.manifests import edit_manifest, tensor
 from tests.engine.native import open_ctx, try_open
 from waste.adapters.native.context import ffi
 from waste.adapters.native.context import lib as clib
@@ -33,16 +34,6 @@ def copy(tiny_f32, tmp_path):
     dst = tmp_path / "m.waste"
     shutil.copytree(tiny_f32[1], dst)
     return dst
-
-
-def edit_manifest(path: Path, fn) -> None:
-    m = json.loads((path / "manifest.json").read_text())
-    fn(m)
-    (path / "manifest.json").write_text(json.dumps(m))
-
-
-def tensor(m, name):
-    return next(t for t in m["tensors"] if t["name"] == name)
 
 
 # ---- engine.md §3: only the input embedding is read from disk ---------------------------

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.engine.manifests import edit_manifest, tensor
 from tests.engine.native import open_ctx, plan_of, try_open
 
 
@@ -22,16 +23,6 @@ def copy(synthetic_f32, tmp_path):
     dst = tmp_path / "m.waste"
     shutil.copytree(synthetic_f32, dst)
     return dst
-
-
-def edit_manifest(path: Path, fn) -> None:
-    m = json.loads((path / "manifest.json").read_text())
-    fn(m)
-    (path / "manifest.json").write_text(json.dumps(m))
-
-
-def tensor(m, name):
-    return next(t for t in m["tensors"] if t["name"] == name)
 
 
 # ---- manifest ----------------------------------------------------------------------------
