@@ -1,8 +1,10 @@
 """libwaste's decode speed against the physical bound of engine.md §8, measured in one run.
 
-``.venv/bin/python bench/bench_engine.py [--quick] [--out DIR] [--budget-fraction 0.1 0.3]``
+``.venv/bin/python bench/bench_engine.py [--quick] [--out DIR] [--budget-fraction 0.1 0.3] [--peer]``
 builds a synthetic Kimi-Linear-like container, measures W, M and F on this machine, decodes
 at each cache size and prints JSON lines (then a table, every line prefixed with "# ").
+``--peer`` builds the container from a synthetic Hugging Face checkpoint instead and runs
+llama.cpp on the same weights under the same memory cap (peer_bench.py).
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ import attrs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_decode import PROMPT_TOKENS, decode_run  # noqa: E402
+from bench_decode import PROMPT_TOKENS, budget_for, decode_run, prompt_ids  # noqa: E402
 from bench_physical import (BankReader, build_kernel_probe, drop_page_cache, llc_bytes,  # noqa: E402
                             measure_kernel, measure_ram)
+from peer_bench import build_peer, compare, prepare, table_line, unavailable  # noqa: E402
 from waste.adapters.native.context import library_build_info, plan_memory  # noqa: E402
 from waste.adapters.native.engine import NativeEngine  # noqa: E402
 from waste.adapters.native.options import NativeOptions  # noqa: E402
@@ -49,7 +52,7 @@ GEOMETRIES = {
         dtype="int8", group=32),
 }
 PEER_ROW = {"row": "peer", "engine": "llama.cpp",
-            "status": "not measured (not built in this run)"}
+            "status": "not measured (run with --peer: it builds llama-cpp-python, ~15 min once)"}
 
 
 def emit(row: dict, sink: list[dict]) -> None:
@@ -210,7 +213,7 @@ def table(rows: list[dict]) -> list[str]:
             f"{d['bound_compute_tok_s']:>5.1f} {d['bound_tok_s']:>5.2f} {100 * d['ratio']:>4.0f}% | "
             f"{d['serial_bound_tok_s']:>6.2f} {100 * d['ratio_serial']:>4.0f}% | "
             f"{100 * d['io_share']:>3.0f}% {100 * d['other_cpu_share']:>5.0f}%")
-    out.append("peer: llama.cpp not measured (not built in this run)")
+    out.extend(table_line(p) for p in by("peer"))
     return out
 
 
@@ -303,10 +306,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="measured tokens between two W/F probes (default 8)")
     ap.add_argument("--repeat", type=int, default=None,
                     help="decode runs per cache size (default 2, --quick 1)")
+    ap.add_argument("--peer", action="store_true",
+                    help="also run llama.cpp on the same weights (builds bench/.peer-venv once, ~15 min)")
+    ap.add_argument("--peer-fraction", type=float, default=0.3,
+                    help="the cache fraction whose budget (+ allowance) caps both engines (default 0.3)")
+    ap.add_argument("--peer-allowance-mib", type=int, default=160,
+                    help="cap = budget + this, for the Python process around each engine (default 160)")
     args = ap.parse_args(argv)
     if (args.tokens < 1 or args.segment < 1 or args.warmup < 0 or (args.repeat is not None and args.repeat < 1)
-            or any(not 0 < f < 1 for f in args.budget_fraction)):
-        ap.error("--tokens, --segment and --repeat must be ≥ 1, --warmup ≥ 0 and every --budget-fraction in (0, 1)")
+            or any(not 0 < f < 1 for f in args.budget_fraction) or not 0 < args.peer_fraction < 1
+            or args.peer_allowance_mib < 0):
+        ap.error("--tokens, --segment and --repeat must be ≥ 1, --warmup and --peer-allowance-mib ≥ 0 "
+                 "and every --budget-fraction and --peer-fraction in (0, 1)")
     if args.repeat is None:
         args.repeat = 1 if args.quick else 2
     return args
@@ -323,7 +334,14 @@ def main(argv: list[str] | None = None) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     bench = None
     try:
-        container, build_s = container_for(name, geometry, workdir, keep=args.out is not None)
+        models = None
+        if args.peer:  # the same weights for both engines: synth checkpoint → ours and GGUF
+            peer, peer_why = build_peer(build=True)
+            started = time.perf_counter()
+            models = prepare(name, geometry, workdir, peer, peer_why, threads)
+            container, build_s = models.container, time.perf_counter() - started
+        else:
+            container, build_s = container_for(name, geometry, workdir, keep=args.out is not None)
         files = sorted(p for p in container.iterdir() if p.is_file())
         manifest = json.loads((container / "manifest.json").read_text())
         cfg, banks = manifest["config"], manifest["banks"]
@@ -346,7 +364,9 @@ def main(argv: list[str] | None = None) -> int:
                   "expert_bytes": plan.expert_bytes, "trunk_bytes": plan.trunk_bytes,
                   "floor_bytes": plan.floor_bytes, "B_r": B_r,
                   "params_active": info.params_active, "params_total": info.params_total,
-                  "build_s": round(build_s, 1), "kept": args.out is not None})
+                  "build_s": round(build_s, 1), "kept": args.out is not None,
+                  "source": "waste.tools.synth + waste.tools.convert" if args.peer
+                  else "waste.tools.make_container"})
         bench = Bench(container, banks, plan.record_bytes, threads,
                       disk_s=1.5 if args.quick else 4.0, probe_s=0.3 if args.quick else 0.5,
                       segment_probe_s=0.3 if args.quick else 0.5,
@@ -379,7 +399,17 @@ def main(argv: list[str] | None = None) -> int:
             run.update(bound_terms(run, M=M, B_r=B_r, B_d=B_d, C=C))
             run["segment_list"] = [attrs.asdict(seg) for seg in run["segment_list"]]
             emit_row(run)
-        emit_row(PEER_ROW)
+        if not args.peer:
+            emit_row(PEER_ROW)
+        elif models.gguf is None:
+            emit_row(unavailable(models.why))
+        else:
+            budget, _ = budget_for(container, base, args.peer_fraction)
+            emit_row(compare(models, peer, budget=budget, fraction=args.peer_fraction,
+                             allowance=args.peer_allowance_mib << 20,
+                             prompt=prompt_ids(info.n_base_vocab, PROMPT_TOKENS, args.seed),
+                             warmup=args.warmup, tokens=args.tokens, threads=threads,
+                             repeat=args.repeat, policy=args.policy))
         print()
         for line in table(rows):
             print("# " + line if line else "#")
