@@ -13,6 +13,7 @@ run it reads "not comparable: …" with the reason, never a number.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -97,16 +98,41 @@ def prepare(name: str, geometry: Geometry, workdir: Path, peer: Peer | None, pee
     return Models(hf, container, gguf, gguf_type, "", seconds)
 
 
-def read_ahead_kb(path: Path) -> int | None:
-    """The read-ahead of the block device holding ``path`` (it sizes mmap's page-fault reads)."""
+def _read_ahead_file(path: Path) -> Path | None:
+    """``queue/read_ahead_kb`` of the block device holding ``path`` (a disk, or a partition's)."""
     dev = os.stat(path).st_dev
     node = Path(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}")
-    for queue in (node / "queue", node.resolve().parent / "queue"):  # a disk, or a partition's disk
-        try:
-            return int((queue / "read_ahead_kb").read_text())
-        except OSError:
-            continue
+    for queue in (node / "queue", node.resolve().parent / "queue"):
+        if (queue / "read_ahead_kb").is_file():
+            return queue / "read_ahead_kb"
     return None
+
+
+def read_ahead_kb(path: Path) -> int | None:
+    """The read-ahead of ``path``'s device: it sizes the read-around of every mmap page fault
+    (llama.cpp also sets POSIX_FADV_SEQUENTIAL on its file, which doubles it)."""
+    knob = _read_ahead_file(path)
+    return int(knob.read_text()) if knob else None
+
+
+@contextlib.contextmanager
+def read_ahead(path: Path, kb: int | None):
+    """Sets the device's read-ahead to ``kb`` for the block, then restores it; yields what the
+    row should say. It is a machine-wide setting, hence opt-in (``--peer-read-ahead-kb``)."""
+    before = read_ahead_kb(path)
+    if kb is None or before is None or kb == before:
+        yield {"read_ahead_kb": before}
+        return
+    knob = _read_ahead_file(path)
+    try:
+        knob.write_text(str(kb))
+    except OSError as exc:
+        yield {"read_ahead_kb": before, "read_ahead_note": f"could not set {kb} KB in {knob}: {exc}"}
+        return
+    try:
+        yield {"read_ahead_kb": read_ahead_kb(path), "read_ahead_kb_restored_to": before}
+    finally:
+        knob.write_text(str(before))
 
 
 def _files(models: Models) -> list[Path]:
@@ -154,13 +180,13 @@ def same_prefix(a: list[int], b: list[int]) -> int:
 
 def compare(models: Models, peer: Peer, *, budget: int, fraction: float, allowance: int,
             prompt: list[int], warmup: int, tokens: int, threads: int, repeat: int,
-            policy: str) -> dict:
+            policy: str, read_ahead_kb_wanted: int | None = None) -> dict:
     """The peer row: both engines, alternating, under the same cap."""
     row = {"row": "peer", "engine": "llama.cpp", "llama_cpp_python": PEER_VERSION,
            "peer_build": peer.how, "peer_format": models.gguf_type, "our_format": "int8 g32",
            "cache_fraction": fraction, "budget_bytes": budget, "allowance_bytes": allowance,
            "prompt": prompt, "warmup_tokens": warmup, "tokens": tokens, "threads": threads,
-           "read_ahead_kb": read_ahead_kb(models.gguf), "gguf_bytes": models.gguf.stat().st_size,
+           "gguf_bytes": models.gguf.stat().st_size,
            "container_bytes": _dir_bytes(models.container), "prepare": models.seconds,
            "how": {"llama.cpp": "llama-cpp-python Llama(use_mmap=True, n_ctx small), eval of one "
                                 "token per step, argmax in Python; weights paged in by mmap",
@@ -178,10 +204,12 @@ def compare(models: Models, peer: Peer, *, budget: int, fraction: float, allowan
               "--threads", str(threads)]
     files = _files(models)
     runs = []
-    for i in range(repeat):
-        runs.append(run_capped("waste", Path(sys.executable), models.container, cap_bytes, f"waste{i}",
-                               [*common, "--budget", str(budget), "--policy", policy], files))
-        runs.append(run_capped("llama", peer.python, models.gguf, cap_bytes, f"llama{i}", common, files))
+    with read_ahead(models.gguf, read_ahead_kb_wanted) as ra:
+        row.update(ra)
+        for i in range(repeat):
+            runs.append(run_capped("waste", Path(sys.executable), models.container, cap_bytes, f"waste{i}",
+                                   [*common, "--budget", str(budget), "--policy", policy], files))
+            runs.append(run_capped("llama", peer.python, models.gguf, cap_bytes, f"llama{i}", common, files))
     row["runs"] = [_summary(r) for r in runs]
     failed = [r for r in runs if "error" in r]
     if failed:

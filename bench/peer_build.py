@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 import attrs
@@ -45,7 +46,7 @@ class Peer:
 
     python: Path
     llama_src: Path  # .../vendor/llama.cpp (convert_hf_to_gguf.py, gguf-py/)
-    how: str  # "built now" | "reused"
+    how: str  # "reused" | "built now in N s"
 
     @property
     def converter(self) -> Path:
@@ -104,6 +105,7 @@ def ensure_peer(venv: Path = DEFAULT_VENV, *, build: bool = True) -> Peer:
         return Peer(python=python, llama_src=tree / "vendor" / "llama.cpp", how="reused")
     if not build:
         raise PeerUnavailable(f"{PEER_PACKAGE} {PEER_VERSION} is not built in {venv}")
+    started = time.perf_counter()
     venv.parent.mkdir(parents=True, exist_ok=True)
     log = venv.parent / "peer-build.log"
     if not python.exists():
@@ -116,7 +118,8 @@ def ensure_peer(venv: Path = DEFAULT_VENV, *, build: bool = True) -> Peer:
     if version != PEER_VERSION:
         raise PeerUnavailable(f"after the build, llama_cpp imports as {version!r} in {venv}, "
                               f"expected {PEER_VERSION} (see {log})")
-    return Peer(python=python, llama_src=tree / "vendor" / "llama.cpp", how="built now")
+    return Peer(python=python, llama_src=tree / "vendor" / "llama.cpp",
+                how=f"built now in {time.perf_counter() - started:.0f} s (log {log})")
 
 
 if __name__ == "__main__":
