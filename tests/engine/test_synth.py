@@ -2,7 +2,7 @@
 
 transformers' own ``KimiLinearForCausalLM.from_pretrained`` loads every tensor it expects
 (none missing, none unexpected: a missing one would be random-initialised, a renamed bias
-left at zero), its ``KimiLinearConfig`` saves back exactly our config.json, and the
+left at zero), a ``KimiLinearConfig`` of the same parameters saves exactly our config.json, and the
 container ``waste.tools.convert`` makes of the same directory gives transformers' logits
 (f32, max-abs < 1e-3): so synth writes what transformers writes.
 """
@@ -54,13 +54,39 @@ def checkpoint(tmp_path_factory) -> Path:
     return out
 
 
-def test_transformers_loads_every_tensor_and_resaves_the_same_config(torch_stack, checkpoint, tmp_path):
+def transformers_config(transformers, ours: dict):
+    """The config transformers builds from SHAPE's parameters (under its own argument names,
+    as tests/engine/tiny.py passes them); ids and vocab size are synth's choices."""
+    g = SHAPE
+    return transformers.KimiLinearConfig(
+        vocab_size=ours["vocab_size"], hidden_size=g["hidden"], intermediate_size=g["intermediate"],
+        moe_intermediate_size=g["moe_intermediate"], num_hidden_layers=g["layers"],
+        layer_types=["full_attention" if c == "M" else "linear_attention" for c in g["layout"]],
+        mlp_layer_types=["dense"] + ["sparse"] * (g["layers"] - 1),
+        num_attention_heads=g["mla_heads"], num_key_value_heads=g["mla_heads"],
+        kv_lora_rank=g["kv_lora_rank"], q_lora_rank=None, qk_nope_head_dim=g["qk_nope"],
+        qk_rope_head_dim=g["qk_rope"], v_head_dim=g["v_head"], num_local_experts=g["experts"],
+        num_experts_per_tok=g["top_k"], n_shared_experts=g["shared"], n_group=1, topk_group=1,
+        routed_scaling_factor=2.446, norm_topk_prob=True, linear_num_heads=g["kda_heads"],
+        linear_head_dim=g["kda_head_dim"], linear_conv_kernel_dim=4,
+        pad_token_id=ours["pad_token_id"], bos_token_id=ours["bos_token_id"],
+        eos_token_id=ours["eos_token_id"])
+
+
+def test_config_is_what_transformers_saves(torch_stack, checkpoint, tmp_path):
+    _, transformers = torch_stack
+    ours = json.loads((checkpoint / "config.json").read_text())
+    config = transformers_config(transformers, ours)
+    config.architectures, config.dtype = ["KimiLinearForCausalLM"], "float32"  # as the model's save adds
+    config.save_pretrained(tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text()) == ours
+
+
+def test_transformers_loads_every_tensor(torch_stack, checkpoint):
     _, transformers = torch_stack
     _, info = transformers.KimiLinearForCausalLM.from_pretrained(checkpoint, output_loading_info=True)
     assert {k: sorted(v) for k, v in info.items() if k != "error_msgs"} == {
         "missing_keys": [], "unexpected_keys": [], "mismatched_keys": []}, info
-    transformers.KimiLinearConfig.from_pretrained(checkpoint).save_pretrained(tmp_path)
-    assert json.loads((tmp_path / "config.json").read_text()) == json.loads((checkpoint / "config.json").read_text())
 
 
 def test_converted_container_matches_transformers_logits(torch_stack, libwaste, checkpoint, tmp_path):
