@@ -1,8 +1,10 @@
 """libwaste's decode speed against the physical bound of engine.md §8, measured in one run.
 
-``.venv/bin/python bench/bench_engine.py [--quick] [--out DIR] [--budget-fraction 0.1 0.3]``
+``.venv/bin/python bench/bench_engine.py [--quick] [--out DIR] [--budget-fraction 0.1 0.3] [--peer]``
 builds a synthetic Kimi-Linear-like container, measures W, M and F on this machine, decodes
 at each cache size and prints JSON lines (then a table, every line prefixed with "# ").
+``--peer`` builds the container from a synthetic Hugging Face checkpoint instead and runs
+llama.cpp on the same weights under the same memory cap (peer_bench.py).
 """
 
 from __future__ import annotations
@@ -23,9 +25,11 @@ import attrs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_decode import PROMPT_TOKENS, decode_run  # noqa: E402
+from bench_decode import PROMPT_TOKENS, budget_for, decode_run, prompt_ids  # noqa: E402
+from bench_bound import attention_flops, bound_terms, resident_read_bytes  # noqa: E402
 from bench_physical import (BankReader, build_kernel_probe, drop_page_cache, llc_bytes,  # noqa: E402
                             measure_kernel, measure_ram)
+from peer_bench import build_peer, compare, prepare, table_line, unavailable  # noqa: E402
 from waste.adapters.native.context import library_build_info, plan_memory  # noqa: E402
 from waste.adapters.native.engine import NativeEngine  # noqa: E402
 from waste.adapters.native.options import NativeOptions  # noqa: E402
@@ -49,7 +53,7 @@ GEOMETRIES = {
         dtype="int8", group=32),
 }
 PEER_ROW = {"row": "peer", "engine": "llama.cpp",
-            "status": "not measured (not built in this run)"}
+            "status": "not measured (run with --peer: it builds llama-cpp-python, ~15 min once)"}
 
 
 def emit(row: dict, sink: list[dict]) -> None:
@@ -61,10 +65,6 @@ def _json_default(value):
     if isinstance(value, float) and not math.isfinite(value):
         return None
     raise TypeError(f"not JSON: {value!r}")
-
-
-def _finite(x: float) -> float | None:
-    return x if math.isfinite(x) else None
 
 
 def cpu_snapshot() -> tuple[float, float]:
@@ -111,76 +111,6 @@ def container_for(name: str, geometry: Geometry, workdir: Path, keep: bool) -> t
     return path, time.perf_counter() - started
 
 
-def attention_flops(cfg: dict, position: float) -> float:
-    """FLOPs per token outside the weight matvecs (which 2·params_active already counts).
-
-    KDA: the short conv plus ≈8·d² per head for the delta-rule state (decay, kᵀS, update,
-    qS). MLA (latent-absorbed, as libwaste computes it): scores and context over the
-    position's latents, 2·(r+d_r) + 2·r per head per cached position.
-    """
-    kinds = cfg["layer_types"]
-    n_kda = sum(kind == "linear_attention" for kind in kinds)
-    n_mla = len(kinds) - n_kda
-    heads, d, conv = cfg["linear_num_heads"], cfg["linear_head_dim"], cfg["linear_conv_kernel_dim"]
-    kda = 2 * 3 * heads * d * conv + 8 * heads * d * d
-    r, dr = cfg["kv_lora_rank"], cfg["qk_rope_head_dim"]
-    mla = cfg["num_attention_heads"] * (2 * (r + dr) + 2 * r) * (position + 1)
-    return n_kda * kda + n_mla * mla
-
-
-def resident_read_bytes(cfg: dict, trunk_bytes: int, embed_row_bytes: int, position: float) -> float:
-    """B_d: the resident trunk (the on-disk embedding excluded: one row per token), the KDA
-    state and conv rings, and the MLA latents up to ``position``."""
-    kinds = cfg["layer_types"]
-    n_kda = sum(kind == "linear_attention" for kind in kinds)
-    n_mla = len(kinds) - n_kda
-    heads, d, conv = cfg["linear_num_heads"], cfg["linear_head_dim"], cfg["linear_conv_kernel_dim"]
-    kda_state = 4 * (heads * d * d + 3 * heads * d * (conv - 1))
-    latents = 4 * (cfg["kv_lora_rank"] + cfg["qk_rope_head_dim"]) * (position + 1)
-    return trunk_bytes + embed_row_bytes + n_kda * kda_state + n_mla * latents
-
-
-def bound_terms(run: dict, *, M: float, B_r: float, B_d: float, C: float) -> dict:
-    """The three §8 terms, their minimum and ours/bound, segment by segment.
-
-    Segment s has its own h_s and the W_s, F_s probed right before and after it (W_s raised
-    to the engine's own read rate in s when that is higher); its bound
-    is b_s = min(W_s/((1−h_s)·B_r), M/(B_d+B_r), F_s/C). Bound tok/s over the run is
-    N/Σ(n_s/b_s) (the time the bound allows), and each term is aggregated the same way.
-    The serial bound charges disk time plus the larger of RAM and compute time per token,
-    because libwaste today reads a missed record and only then computes (no io_threads).
-    """
-    segs, probes = run["segment_list"], run["probes"]
-    allowed = {"disk": 0.0, "ram": 0.0, "compute": 0.0, "bound": 0.0, "serial": 0.0}
-    Ws, engine_faster = [], 0
-    for i, seg in enumerate(segs):
-        W = (probes[i]["W"] + probes[i + 1]["W"]) / 2
-        # The engine's own record-read rate is also a measurement of the disk: when it is
-        # higher than the probes (it is, often, on this VM), the disk could do at least that.
-        engine_rate = seg.bytes_read / seg.io_s if seg.io_s > 0 else 0.0
-        if engine_rate > W:
-            W, engine_faster = engine_rate, engine_faster + 1
-        Ws.append(W)
-        F = (probes[i]["F"] + probes[i + 1]["F"]) / 2
-        miss = seg.misses / max(seg.hits + seg.misses, 1)
-        per_token = {"disk": miss * B_r / W, "ram": (B_d + B_r) / M, "compute": C / F}
-        for name, t in per_token.items():
-            allowed[name] += seg.tokens * t
-        allowed["bound"] += seg.tokens * max(per_token.values())
-        allowed["serial"] += seg.tokens * (per_token["disk"] + max(per_token["ram"], per_token["compute"]))
-    n, seconds = run["tokens"], run["seconds"]
-    rate = {name: (n / t if t > 0 else math.inf) for name, t in allowed.items()}
-    limit = min(("disk", "ram", "compute"), key=rate.get)
-    probed = [p["W"] for p in probes]
-    return {"W_mean": sum(Ws) / len(Ws), "W_probe_min": min(probed), "W_probe_max": max(probed),
-            "W_probe_mean": sum(probed) / len(probed), "segments_W_from_engine": engine_faster,
-            "F_mean": sum(p["F"] for p in probes) / len(probes),
-            "bound_disk_tok_s": _finite(rate["disk"]), "bound_ram_tok_s": rate["ram"],
-            "bound_compute_tok_s": rate["compute"], "bound_tok_s": rate["bound"],
-            "limited_by": limit, "ratio": allowed["bound"] / seconds,
-            "serial_bound_tok_s": rate["serial"], "ratio_serial": allowed["serial"] / seconds}
-
-
 def table(rows: list[dict]) -> list[str]:
     """The human summary: start-up probes, then one line per decode run."""
     by = lambda kind: [r for r in rows if r["row"] == kind]  # noqa: E731
@@ -210,7 +140,7 @@ def table(rows: list[dict]) -> list[str]:
             f"{d['bound_compute_tok_s']:>5.1f} {d['bound_tok_s']:>5.2f} {100 * d['ratio']:>4.0f}% | "
             f"{d['serial_bound_tok_s']:>6.2f} {100 * d['ratio_serial']:>4.0f}% | "
             f"{100 * d['io_share']:>3.0f}% {100 * d['other_cpu_share']:>5.0f}%")
-    out.append("peer: llama.cpp not measured (not built in this run)")
+    out.extend(table_line(p) for p in by("peer"))
     return out
 
 
@@ -303,10 +233,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="measured tokens between two W/F probes (default 8)")
     ap.add_argument("--repeat", type=int, default=None,
                     help="decode runs per cache size (default 2, --quick 1)")
+    ap.add_argument("--peer", action="store_true",
+                    help="also run llama.cpp on the same weights (builds bench/.peer-venv once, ~15 min)")
+    ap.add_argument("--peer-fraction", type=float, default=0.3,
+                    help="the cache fraction whose budget (+ allowance) caps both engines (default 0.3)")
+    ap.add_argument("--peer-allowance-mib", type=int, default=160,
+                    help="cap = budget + this, for the Python process around each engine (default 160)")
+    ap.add_argument("--peer-read-ahead-kb", type=int, default=None,
+                    help="set the model disk's read-ahead for the peer runs, restored after "
+                         "(machine-wide; default: leave it)")
     args = ap.parse_args(argv)
     if (args.tokens < 1 or args.segment < 1 or args.warmup < 0 or (args.repeat is not None and args.repeat < 1)
-            or any(not 0 < f < 1 for f in args.budget_fraction)):
-        ap.error("--tokens, --segment and --repeat must be ≥ 1, --warmup ≥ 0 and every --budget-fraction in (0, 1)")
+            or any(not 0 < f < 1 for f in args.budget_fraction) or not 0 < args.peer_fraction < 1
+            or args.peer_allowance_mib < 0
+            or (args.peer_read_ahead_kb is not None and args.peer_read_ahead_kb < 4)):
+        ap.error("--tokens, --segment and --repeat must be ≥ 1, --warmup and --peer-allowance-mib ≥ 0, "
+                 "--peer-read-ahead-kb ≥ 4 and every --budget-fraction and --peer-fraction in (0, 1)")
     if args.repeat is None:
         args.repeat = 1 if args.quick else 2
     return args
@@ -323,7 +265,14 @@ def main(argv: list[str] | None = None) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     bench = None
     try:
-        container, build_s = container_for(name, geometry, workdir, keep=args.out is not None)
+        models = None
+        if args.peer:  # the same weights for both engines: synth checkpoint → ours and GGUF
+            peer, peer_why = build_peer(build=True)
+            started = time.perf_counter()
+            models = prepare(name, geometry, workdir, peer, peer_why, threads)
+            container, build_s = models.container, time.perf_counter() - started
+        else:
+            container, build_s = container_for(name, geometry, workdir, keep=args.out is not None)
         files = sorted(p for p in container.iterdir() if p.is_file())
         manifest = json.loads((container / "manifest.json").read_text())
         cfg, banks = manifest["config"], manifest["banks"]
@@ -346,7 +295,9 @@ def main(argv: list[str] | None = None) -> int:
                   "expert_bytes": plan.expert_bytes, "trunk_bytes": plan.trunk_bytes,
                   "floor_bytes": plan.floor_bytes, "B_r": B_r,
                   "params_active": info.params_active, "params_total": info.params_total,
-                  "build_s": round(build_s, 1), "kept": args.out is not None})
+                  "build_s": round(build_s, 1), "kept": args.out is not None,
+                  "source": "waste.tools.synth + waste.tools.convert" if args.peer
+                  else "waste.tools.make_container"})
         bench = Bench(container, banks, plan.record_bytes, threads,
                       disk_s=1.5 if args.quick else 4.0, probe_s=0.3 if args.quick else 0.5,
                       segment_probe_s=0.3 if args.quick else 0.5,
@@ -379,7 +330,18 @@ def main(argv: list[str] | None = None) -> int:
             run.update(bound_terms(run, M=M, B_r=B_r, B_d=B_d, C=C))
             run["segment_list"] = [attrs.asdict(seg) for seg in run["segment_list"]]
             emit_row(run)
-        emit_row(PEER_ROW)
+        if not args.peer:
+            emit_row(PEER_ROW)
+        elif models.gguf is None:
+            emit_row(unavailable(models.why))
+        else:
+            budget, _ = budget_for(container, base, args.peer_fraction)
+            emit_row(compare(models, peer, budget=budget, fraction=args.peer_fraction,
+                             allowance=args.peer_allowance_mib << 20,
+                             prompt=prompt_ids(info.n_base_vocab, PROMPT_TOKENS, args.seed),
+                             warmup=args.warmup, tokens=args.tokens, threads=threads,
+                             repeat=args.repeat, policy=args.policy,
+                             read_ahead_kb_wanted=args.peer_read_ahead_kb))
         print()
         for line in table(rows):
             print("# " + line if line else "#")

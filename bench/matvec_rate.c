@@ -105,7 +105,7 @@ int main(int argc, char **argv) {
     float *x_h = malloc(H * sizeof(float)), *x_i = malloc(I * sizeof(float));
     for (uint32_t i = 0; i < H; i++) x_h[i] = (float)(i % 7) * 0.1f;
     for (uint32_t i = 0; i < I; i++) x_i[i] = (float)(i % 5) * 0.1f;
-    const wk_kernels *k = wk_select(WASTE_KERNELS_AUTO);
+    const wk_kernels *k = wk_select(WASTE_KERNELS_AUTO, NULL);
     pthread_t th[256];
     job jobs[256];
     pthread_barrier_init(&start_line, NULL, T);
