@@ -170,7 +170,9 @@ def measure_ram(*, threads: int, buffer_bytes: int, passes: int = 3) -> dict:
 def build_kernel_probe(workdir: Path) -> tuple[Path | None, str]:
     """Compile ``bench/matvec_rate.c`` with libwaste's own kernel sources (read, not copied).
 
-    Returns (binary or None, a note: the compiler command or why it failed).
+    Returns (binary, the compiler command), or (None, why) when there is no compiler. A
+    compiler that cannot build the probe is an error, not a fallback: the probe compiles
+    against libwaste's internal kernel API, and a stale probe must be fixed, not worked around.
     """
     cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if cc is None:
@@ -182,7 +184,8 @@ def build_kernel_probe(workdir: Path) -> tuple[Path | None, str]:
            *[str(NATIVE / "src" / name) for name in KERNEL_SOURCES], "-lm", "-o", str(out)]
     result = subprocess.run(cmd, capture_output=True, text=True)
     if result.returncode != 0:
-        return None, f"compile failed: {result.stderr.strip()[:300]}"
+        raise RuntimeError(f"bench/matvec_rate.c does not compile against native/src "
+                           f"(fix the probe):\n{result.stderr.strip()[:2000]}")
     return out, " ".join(Path(cmd[0]).name if i == 0 else a for i, a in enumerate(cmd))
 
 
