@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
 import pytest
 
-from tests.contract.engines import ENGINE_KINDS
+from tests.contract.engines import ENGINE_KINDS, serve
 from tests.engine.conftest import require_compiler
 from waste.tools.make_container import build_container
 
@@ -66,3 +67,17 @@ def engine_kind(request) -> str:
     if request.param == "native":
         load_native()
     return request.param
+
+
+@pytest.fixture(scope="module")
+def served(engine_kind, request):
+    """One server per module and engine kind (modules with their own setup override this)."""
+    with serve(engine_kind, request) as running:
+        yield running
+
+
+@pytest.fixture
+def client(served):
+    """An httpx client on ``served`` (modules that serve otherwise define their own)."""
+    with httpx.Client(base_url=served.base, timeout=60) as c:
+        yield c

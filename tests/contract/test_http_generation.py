@@ -18,18 +18,6 @@ from tests.contract.sse import join_deltas, stream
 from tests.unit import test_requests as table
 
 
-@pytest.fixture(scope="module")
-def served(engine_kind, request):
-    with serve(engine_kind, request) as s:
-        yield s
-
-
-@pytest.fixture
-def client(served):
-    with httpx.Client(base_url=served.base, timeout=60) as c:
-        yield c
-
-
 def user(text: str, **extra) -> dict:
     return {"messages": [{"role": "user", "content": text}], **extra}
 

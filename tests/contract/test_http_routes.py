@@ -22,18 +22,6 @@ IDENTITY = {
 }
 
 
-@pytest.fixture(scope="module")
-def server(engine_kind, request):
-    with serve(engine_kind, request) as served:
-        yield served
-
-
-@pytest.fixture
-def client(server):
-    with httpx.Client(base_url=server.base, timeout=30) as c:
-        yield c
-
-
 def error_of(response: httpx.Response) -> dict:
     body = response.json()
     assert set(body) == {"error"}
@@ -46,22 +34,22 @@ def say(text: str, **extra) -> dict:
     return {"messages": [{"role": "user", "content": text}], **extra}
 
 
-def test_health(server, client):
+def test_health(served, client):
     r = client.get("/health")
     assert r.status_code == 200
     body = r.json()
-    identity = IDENTITY[server.kind]
+    identity = IDENTITY[served.kind]
     assert body["status"] == "ok" and body["model"] == identity["model"]
     assert body["chat_format"] == "xtml" and body["generating"] is False
     assert body["queue_depth"] == 0 and identity["engine"] in body["engine"].lower()
     assert body["fake_engine"] is identity["fake_engine"]
 
 
-def test_models_list_and_one(server, client):
+def test_models_list_and_one(served, client):
     listing = client.get("/v1/models").json()
     assert listing["object"] == "list" and len(listing["data"]) == 1
     model = listing["data"][0]
-    identity = IDENTITY[server.kind]
+    identity = IDENTITY[served.kind]
     assert model["id"] == identity["model"] and model["object"] == "model"
     assert model["owned_by"] == "waste"
     waste = model["waste"]
@@ -96,9 +84,9 @@ def test_unknown_model_is_404(client):
 
 @pytest.mark.parametrize("path", ["/nope", "/v1/models/", "/health/", "/v1/chat/completion",
                                   "//health", "/v1//models", "/v1/models//", "/metrics/"])
-def test_paths_match_exactly(server, path):
+def test_paths_match_exactly(served, path):
     # Raw bytes: an HTTP client could normalise the path before sending it.
-    response, _ = raw_request(server.base, f"GET {path} HTTP/1.1\r\nHost: x\r\n"
+    response, _ = raw_request(served.base, f"GET {path} HTTP/1.1\r\nHost: x\r\n"
                                            "Connection: close\r\n\r\n".encode())
     head, _, body = response.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 404"), head
@@ -144,8 +132,8 @@ def test_metrics(client):
     assert values["waste_decode_seconds_total"] > 0
 
 
-def test_tokenize_detokenize(server, client):
-    n_base = server.engine.n_base_vocab
+def test_tokenize_detokenize(served, client):
+    n_base = served.engine.n_base_vocab
     text = "a<|open|>b"
     plain = client.post("/tokenize", json={"content": text}).json()["tokens"]
     assert all(t < n_base for t in plain)
@@ -204,19 +192,19 @@ def raw_request(base: str, data: bytes, timeout: float = 10.0) -> tuple[bytes, b
         return b"".join(chunks), closed
 
 
-def test_post_without_content_length_is_411_and_closes(server):
+def test_post_without_content_length_is_411_and_closes(served):
     data = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
             b"2\r\n{}\r\n0\r\n\r\n")
-    response, closed = raw_request(server.base, data)
+    response, closed = raw_request(served.base, data)
     assert response.startswith(b"HTTP/1.1 411")
     assert b"length_required" in response and b"connection: close" in response.lower()
     assert closed
 
 
-def test_declared_body_over_64_mib_is_413_before_reading(server):
+def test_declared_body_over_64_mib_is_413_before_reading(served):
     data = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 67108865\r\n"
             b"Content-Type: application/json\r\n\r\n{")
-    response, closed = raw_request(server.base, data)
+    response, closed = raw_request(served.base, data)
     assert response.startswith(b"HTTP/1.1 413")
     assert b"request_too_large" in response
     assert closed  # the connection closes although the body never arrived
@@ -227,17 +215,17 @@ def test_content_length_zero_is_invalid_json(client):
     assert error_of(r)["code"] == "invalid_json"
 
 
-def test_http10_stream_ends(server):
+def test_http10_stream_ends(served):
     body = b'{"messages":[{"role":"user","content":"x"}],"stream":true}'
     data = (b"POST /v1/chat/completions HTTP/1.0\r\nHost: x\r\nContent-Length: "
             + str(len(body)).encode() + b"\r\n\r\n" + body)
-    response, closed = raw_request(server.base, data)
+    response, closed = raw_request(served.base, data)
     assert b"data: [DONE]" in response and closed
 
 
-def test_connection_close_is_honoured(server):
+def test_connection_close_is_honoured(served):
     data = b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    response, closed = raw_request(server.base, data)
+    response, closed = raw_request(served.base, data)
     assert response.startswith(b"HTTP/1.1 200") and closed
 
 
