@@ -217,32 +217,6 @@ def test_bf16_snapshot_restore_then_suffix_equals_fresh_prefill(kinds):
 
 
 # ---- int8 group 128: the engine against transformers on the dequantized weights ---------
-# Every matrix width a multiple of 128 (KDA 1 head of 128, MLA kv rank 128, 2 heads of v 64).
-CONFIG_G128 = dict(
-    vocab_size=512, hidden_size=128, intermediate_size=128, moe_intermediate_size=128,
-    num_attention_heads=2, num_key_value_heads=2, kv_lora_rank=128, q_lora_rank=None,
-    qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=64,
-    num_local_experts=4, num_experts_per_tok=4, n_shared_experts=1, n_group=1, topk_group=1,
-    routed_scaling_factor=2.446, norm_topk_prob=True,
-    linear_num_heads=1, linear_head_dim=128, linear_conv_kernel_dim=4,
-    pad_token_id=0, bos_token_id=1, eos_token_id=2, num_hidden_layers=4,
-    layer_types=["linear_attention"] * 3 + ["full_attention"],
-    mlp_layer_types=["dense"] + ["sparse"] * 3)
-
-
-def dequantized_g128(values):
-    import numpy as np
-
-    from waste.tools.container import quantize_int8
-
-    w = np.ascontiguousarray(values, dtype=np.float32)
-    rows, cols = w.shape
-    blocks = quantize_int8(w, 128).reshape(rows, cols // 128, 130)
-    scale = blocks[..., :2].copy().view(np.float16).astype(np.float32)
-    q = blocks[..., 2:].copy().view(np.int8).astype(np.float32)
-    return (q * scale).reshape(rows, cols)
-
-
 def test_int8_group_128_matches_transformers_on_its_dequantized_weights(torch_stack, tiny_dir,
                                                                         report_measurement):
     import numpy as np
@@ -250,24 +224,15 @@ def test_int8_group_128_matches_transformers_on_its_dequantized_weights(torch_st
     from tests.engine import tiny
     from waste.tools.convert import convert
 
-    torch, transformers = torch_stack
-    model, hf = tiny.make_checkpoint(torch_stack, tiny_dir / "hf-g128", CONFIG_G128, seed=4)
+    torch, _ = torch_stack
+    _, hf = tiny.make_checkpoint(torch_stack, tiny_dir / "hf-g128", tiny.CONFIG_G128, seed=4)
     path = tiny_dir / "g128.waste"
     if not path.exists():
         convert(hf, path, trunk="int8", experts="int8", group=128)
     manifest = json.loads((path / "manifest.json").read_text())
     assert manifest["banks"][0]["format"] == "int8" and manifest["banks"][0]["group"] == 128
     assert any(t["format"] == "int8" and t["group"] == 128 for t in manifest["tensors"])
-    twin = transformers.KimiLinearForCausalLM.from_pretrained(hf).eval()
-    with torch.no_grad():
-        for name, p in twin.named_parameters():
-            if name.endswith("mlp.gate.weight") or p.numel() == 0:
-                continue
-            if p.dim() == 2:
-                p.copy_(torch.from_numpy(dequantized_g128(p.numpy())))
-            elif p.dim() == 3 and ".experts." in name:
-                for e in range(p.shape[0]):
-                    p[e].copy_(torch.from_numpy(dequantized_g128(p[e].numpy())))
+    twin = tiny.quantized_twin(torch_stack, hf, "int8", group=128)
     prompt = prompt_of(40, 512, seed=11)
     with torch.no_grad():
         ref = twin(torch.tensor([prompt])).logits[0].double().numpy()

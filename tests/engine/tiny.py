@@ -108,8 +108,19 @@ def convert(hf_dir: Path, out: Path, dtype: str) -> Path:
 CONFIG_Q = dict(CONFIG_A, linear_head_dim=32, num_local_experts=4, num_experts_per_tok=4)
 
 
-def dequantized(values, dtype: str):
-    """What the converter's ``dtype`` makes of an f32 matrix, back in f32 (numpy)."""
+# Every matrix width a multiple of 128 (KDA 1 head of 128, MLA kv rank 128, 2 heads of v 64),
+# so an int8 group-128 container can hold every matrix.
+CONFIG_G128 = dict(BASE, num_hidden_layers=4, hidden_size=128, intermediate_size=128,
+                   moe_intermediate_size=128, num_attention_heads=2, num_key_value_heads=2,
+                   kv_lora_rank=128, qk_nope_head_dim=32, qk_rope_head_dim=16, v_head_dim=64,
+                   num_local_experts=4, num_experts_per_tok=4, linear_num_heads=1,
+                   linear_head_dim=128, layer_types=["linear_attention"] * 3 + ["full_attention"],
+                   mlp_layer_types=["dense"] + ["sparse"] * 3)
+
+
+def dequantized(values, dtype: str, group: int = 32):
+    """What the converter's ``dtype`` (int8: at ``group``) makes of an f32 matrix, back in
+    f32 (numpy)."""
     import numpy as np
 
     from waste.tools.container import quantize_int8, to_bf16_bits
@@ -119,14 +130,14 @@ def dequantized(values, dtype: str):
         return (to_bf16_bits(w).astype(np.uint32) << 16).view(np.float32)
     if dtype == "int8":
         rows, cols = w.shape
-        blocks = quantize_int8(w, 32).reshape(rows, cols // 32, 34)
+        blocks = quantize_int8(w, group).reshape(rows, cols // group, group + 2)
         scale = blocks[..., :2].copy().view(np.float16).astype(np.float32)
         q = blocks[..., 2:].copy().view(np.int8).astype(np.float32)
         return (q * scale).reshape(rows, cols)
     return w
 
 
-def quantized_twin(torch_stack, hf_dir: Path, dtype: str):
+def quantized_twin(torch_stack, hf_dir: Path, dtype: str, group: int = 32):
     """The checkpoint's model with every matrix the converter quantizes replaced by its
     dequantized value (router, norms, conv taps, A_log and dt_bias stay f32)."""
     torch, transformers = torch_stack
@@ -136,10 +147,10 @@ def quantized_twin(torch_stack, hf_dir: Path, dtype: str):
             if name.endswith("mlp.gate.weight") or p.numel() == 0:
                 continue
             if p.dim() == 2:
-                p.copy_(torch.from_numpy(dequantized(p.numpy(), dtype)))
+                p.copy_(torch.from_numpy(dequantized(p.numpy(), dtype, group)))
             elif p.dim() == 3 and ".experts." in name:
                 for e in range(p.shape[0]):
-                    p[e].copy_(torch.from_numpy(dequantized(p[e].numpy(), dtype)))
+                    p[e].copy_(torch.from_numpy(dequantized(p[e].numpy(), dtype, group)))
     return model
 
 
