@@ -272,6 +272,28 @@ _FLAG_HELP = {"dense": "the first N layers have a dense MLP, the rest are MoE",
               "intermediate": "dense MLP width", "moe_intermediate": "expert width"}
 
 
+def add_geometry_flags(ap: argparse.ArgumentParser) -> None:
+    """``--layout`` and one ``--NAME`` per integer ``Geometry`` field (``--group`` is the
+    caller's: not every tool has group quantization)."""
+    ap.add_argument("--layout", help="one letter per layer: K = KDA, M = MLA (default: every 4th is MLA)")
+    for field in attrs.fields(Geometry):
+        if field.type == "int" and field.name != "group":
+            ap.add_argument("--" + field.name.replace("_", "-"), type=int, default=field.default,
+                            help=f"{_FLAG_HELP.get(field.name, '')} (default {field.default})")
+
+
+def geometry_from_flags(ap: argparse.ArgumentParser, args: argparse.Namespace) -> Geometry:
+    """The ``Geometry`` the parsed flags describe (fields the parser lacks keep their
+    defaults); a bad ``--seed`` or field value exits 2 naming it."""
+    if args.seed < 0:
+        ap.error(f"--seed must be a non-negative integer, got {args.seed}")
+    values = {f.name: getattr(args, f.name) for f in attrs.fields(Geometry) if hasattr(args, f.name)}
+    try:
+        return Geometry(**values)
+    except ValueError as exc:  # a flag's value, named by the validator
+        ap.error(str(exc))
+
+
 def main(argv: list[str] | None = None) -> int:
     """The command line; prints the container path, or an error and exits 1 (2 for a bad flag)."""
     ap = argparse.ArgumentParser(prog="python -m waste.tools.make_container",
@@ -280,21 +302,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--chat-json", choices=CHAT_FORMATS, default="xtml")
     ap.add_argument("--overwrite", action="store_true")
-    ap.add_argument("--layout", help="one letter per layer: K = KDA, M = MLA (default: every 4th is MLA)")
     ap.add_argument("--dtype", choices=("f32", "bf16", "int8"), default="f32")
     ap.add_argument("--group", type=int, choices=(32, 128), default=32)
-    for field in attrs.fields(Geometry):
-        if field.type == "int" and field.name != "group":
-            ap.add_argument("--" + field.name.replace("_", "-"), type=int, default=field.default,
-                            help=f"{_FLAG_HELP.get(field.name, '')} (default {field.default})")
+    add_geometry_flags(ap)
     args = ap.parse_args(argv)
-    if args.seed < 0:
-        ap.error(f"--seed must be a non-negative integer, got {args.seed}")
-    values = {f.name: getattr(args, f.name) for f in attrs.fields(Geometry)}
-    try:
-        geometry = Geometry(**values)
-    except ValueError as exc:  # a flag's value, named by the validator
-        ap.error(str(exc))
+    geometry = geometry_from_flags(ap, args)
     try:
         path = build_container(args.out, seed=args.seed, geometry=geometry,
                                chat_json=args.chat_json, overwrite=args.overwrite)

@@ -25,12 +25,12 @@ import zlib
 from pathlib import Path
 from typing import Iterator
 
-import attrs
 import numpy as np
 
 from waste.tools.bpe_train import train_ranks
 from waste.tools.container import ContainerError, to_bf16_bits
-from waste.tools.make_container import CORPUS, Geometry, random_tensor
+from waste.tools.make_container import (CORPUS, Geometry, add_geometry_flags, geometry_from_flags,
+                                        random_tensor)
 
 TRANSFORMERS_VERSION = "5.23.0"
 # Moonshot's names for the specials it uses most; [BOS] and [EOS] are the config's ids.
@@ -235,22 +235,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", choices=tuple(DTYPES), default="bf16", help="tensor dtype (default bf16)")
     ap.add_argument("--bias-std", type=float, default=DEFAULT_BIAS_STD,
                     help=f"spread of e_score_correction_bias: routing skew (default {DEFAULT_BIAS_STD})")
-    ap.add_argument("--layout", help="one letter per layer: K = KDA, M = MLA (default: every 4th is MLA)")
     ap.add_argument("--overwrite", action="store_true")
-    for field in attrs.fields(Geometry):
-        if field.type == "int" and field.name != "group":
-            ap.add_argument("--" + field.name.replace("_", "-"), type=int, default=field.default,
-                            help=f"(default {field.default})")
+    add_geometry_flags(ap)
     args = ap.parse_args(argv)
-    if args.seed < 0:
-        ap.error(f"--seed must be a non-negative integer, got {args.seed}")
     if not args.bias_std >= 0:
         ap.error(f"--bias-std must be a number >= 0, got {args.bias_std}")
-    values = {f.name: getattr(args, f.name) for f in attrs.fields(Geometry) if f.name not in ("dtype", "group")}
-    try:
-        geometry = Geometry(**values, dtype=args.dtype)
-    except ValueError as exc:
-        ap.error(str(exc))
+    geometry = geometry_from_flags(ap, args)
     try:
         path = synthesize(args.out, geometry=geometry, seed=args.seed, dtype=args.dtype,
                           bias_std=args.bias_std, overwrite=args.overwrite)
