@@ -18,7 +18,7 @@ import numpy as np
 from waste.adapters.native.context import plan_memory
 from waste.adapters.native.engine import NativeEngine
 from waste.adapters.native.options import NativeOptions
-from waste.domain.engine import SamplingParams
+from waste.domain.ports import SamplingParams
 
 PROMPT_TOKENS = 8
 

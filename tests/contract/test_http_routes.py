@@ -12,7 +12,7 @@ import trio
 from tests.contract.engines import serve
 from tests.contract.serving import fake, running, state_of
 from waste.app import Settings
-from waste.domain.engine import EngineError
+from waste.domain.ports import EngineError
 
 # What each engine reports about itself (the synthetic container: seed 0, default geometry).
 IDENTITY = {

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from waste.app.settings import Settings
-from waste.domain.engine import EngineError, SamplingParams
+from waste.domain.ports import EngineError, SamplingParams
 from waste.tools.make_container import build_container
 
 pytestmark = pytest.mark.native

@@ -8,7 +8,7 @@ import pytest
 
 from tests.engine.native import open_ctx
 from waste.adapters.native import NativeEngine, NativeOptions, NativeTokenizer
-from waste.domain.engine import EngineError
+from waste.domain.ports import EngineError
 
 OPTIONS = NativeOptions(usage_path="")
 

@@ -16,7 +16,7 @@ from tests.engine.manifests import edit_manifest, tensor
 from tests.engine.native import open_ctx, try_open
 from waste.adapters.native.context import ffi
 from waste.adapters.native.context import lib as clib
-from waste.domain.engine import EngineError
+from waste.domain.ports import EngineError
 
 # Subprocess probes import the conftest first, so they run on the same (maybe ASan) build.
 PROBE_PRELUDE = "import tests.engine.conftest\n"
@@ -96,7 +96,7 @@ def test_invalid_utf8_is_refused_by_c_naming_the_byte(tiny_f32):
 # ---- engine.md §2 Pieces: a stop inside a character leaves the rest in the tail ---------
 def test_pieces_plus_tail_equal_detokenize_when_the_callback_stops(tiny_f32):
     from waste.adapters.native import NativeEngine, NativeOptions
-    from waste.domain.engine import SamplingParams
+    from waste.domain.ports import SamplingParams
 
     with NativeEngine.open(tiny_f32[1], NativeOptions(usage_path="", n_threads=1)) as engine:
         n_text = engine.n_base_vocab + 4            # tiny.SPECIALS: ids above have no text
@@ -179,7 +179,7 @@ def test_every_available_kernel_set_gives_identical_logits(kinds, kind):
 
 def test_binding_options_name_the_kernel_sets(tiny_f32):
     from waste.adapters.native import NativeEngine, NativeOptions
-    from waste.domain.engine import EngineError
+    from waste.domain.ports import EngineError
 
     for name in ("auto", "generic", "avx2", "avx512"):
         try:

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from waste.domain import kimitools as kt
+from waste.domain.chatjson import k2tools as kt
 from waste.domain.errors import KimiToolError
-from waste.domain.replies import ToolCall
+from waste.domain.reply.events import ToolCall
 from waste.domain.segments import Segment
 
 # Kimi's own ids for the five markers (chatjson.md), so a test reads like a real reply.

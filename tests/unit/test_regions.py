@@ -15,10 +15,10 @@ import pytest
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
-from waste.domain.regions import RegionParser, XtmlMarkerIds
-from waste.domain.replies import Delta
+from waste.domain.xtml.reply import RegionParser, XtmlMarkerIds
+from waste.domain.reply.events import Delta
 from waste.domain.segments import Segment
-from waste.domain.xtml import render_segments
+from waste.domain.xtml.render import render_segments
 
 # K3's ids (xtml.md §1); the parser only needs them to be the marker ids it was given.
 IDS = XtmlMarkerIds(open=163587, sep=163589, close=163588, end_of_msg=163586)

@@ -30,7 +30,7 @@ from waste.domain.requests import (
     parse_json_body,
     resolve_thinking,
 )
-from waste.domain.requests_json import MAX_NESTING, nesting_depth
+from waste.domain.requests.json_body import MAX_NESTING, nesting_depth
 
 USER = {"role": "user", "content": "hi"}
 TOOL_F = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}

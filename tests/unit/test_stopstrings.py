@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypothesis import given, strategies as st
 
-from waste.domain.stopstrings import ContentPiece, StopStringFilter
+from waste.domain.reply.stop_strings import ContentPiece, StopStringFilter
 
 
 def run(tokens: list[str], stops: tuple[str, ...]) -> tuple[list[ContentPiece], StopStringFilter]:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from waste.domain.errors import XTMLError
-from waste.domain.xtml import render_segments
+from waste.domain.xtml.render import render_segments
 
 FIXTURE = Path(__file__).parent / "fixtures" / "xtml_goldens.json"
 GOLDENS = json.loads(FIXTURE.read_text(encoding="utf-8"))

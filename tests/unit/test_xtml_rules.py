@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from waste.domain.errors import XTMLError
 from waste.domain.segments import Segment
-from waste.domain.xtml import (
+from waste.domain.xtml.render import (
     CLOSE,
     END_OF_MSG,
     MEDIA_PLACEHOLDER,

@@ -18,8 +18,8 @@ from typing import Any, Awaitable, Callable
 import attrs
 import trio
 
-from waste.domain.completion import Output, ReplyAssembler
-from waste.domain.engine import (E_CANCELLED, Engine, EngineError, GenerationResult,
+from waste.domain.reply.assembler import Output, ReplyAssembler
+from waste.domain.ports import (E_CANCELLED, Engine, EngineError, GenerationResult,
                                  SamplingParams, Tokenizer)
 from waste.domain.errors import ContextLengthExceeded
 

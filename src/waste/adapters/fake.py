@@ -17,8 +17,8 @@ import attrs
 
 from waste.adapters.fake_reply import plan_reply
 from waste.adapters.fake_script import ERROR_STATUSES, FakeScript, ReplyRule
-from waste.domain.chatfmt import chat_json_markers, marker_strings
-from waste.domain.engine import (E_CANCELLED, E_UNSUPPORTED, EngineError, EngineStats,
+from waste.domain.chatjson.load import chat_json_markers, marker_strings
+from waste.domain.ports import (E_CANCELLED, E_UNSUPPORTED, EngineError, EngineStats,
                                  GenerationResult, ModelInfo, SamplingParams, TokenCallback,
                                  TokenEvent)
 

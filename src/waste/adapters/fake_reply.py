@@ -11,7 +11,7 @@ import re
 from typing import TYPE_CHECKING
 
 from waste.adapters.fake_script import ReplyRule
-from waste.domain.xtml import render_segments
+from waste.domain.xtml.render import render_segments
 
 if TYPE_CHECKING:
     from waste.adapters.fake import FakeEngine

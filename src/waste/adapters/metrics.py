@@ -6,7 +6,7 @@ from collections import Counter
 
 import attrs
 
-from waste.domain.engine import EngineStats
+from waste.domain.ports import EngineStats
 
 
 def _label(value: str) -> str:

@@ -8,10 +8,10 @@ from __future__ import annotations
 import attrs
 
 from waste.adapters.engine_host import EngineLoadFailed, EngineLoading, QueueFull, ShuttingDown
-from waste.domain.engine import EngineError
+from waste.domain.ports import EngineError
 from waste.domain.errors import (ChatFormatError, ContextLengthExceeded, InvalidRequest,
                                  KimiToolError, XTMLError)
-from waste.domain.prompting import NoChatFormat
+from waste.domain.chat_format import NoChatFormat
 
 INVALID = "invalid_request_error"
 UNAVAILABLE = "unavailable_error"

@@ -26,10 +26,10 @@ from waste.adapters.http.wire import (SSE_KEEPALIVE, ChatChunks, CompletionChunk
                                       chat_response, completion_response, dumps, new_id, sse,
                                       usage, waste_object)
 from waste.adapters.images import decode_images
-from waste.domain.completion import ReplyAssembler, TextReader
-from waste.domain.engine import SamplingParams
+from waste.domain.reply.assembler import ReplyAssembler
+from waste.domain.reply.text import TextReader
+from waste.domain.ports import SamplingParams
 from waste.domain.errors import ContextLengthExceeded, InvalidRequest
-from waste.domain.prompting import check_chat_capabilities, plan_chat, require_chat_format
 from waste.domain.requests import parse_chat_request, parse_completion_request, parse_json_body
 
 
@@ -50,15 +50,16 @@ def _sampling(req, prompt_len: int, ctx: int, default_max: int, stop_ids, param:
 async def chat_completions(state: ServerState) -> Response:
     body = await read_json_body()
     info = state.require_loaded()
-    require_chat_format(state.selection)
+    fmt = state.chat_format
+    fmt.require_usable()
     req = parse_chat_request(body)
-    check_chat_capabilities(req, state.selection)
+    fmt.check_request(req)
     # Decoding up to 8 × 50 MP must not stall the event loop (/health answers at once).
     images = await trio.to_thread.run_sync(functools.partial(
         decode_images, req.image_parts, vision=state.config.vision and info.vision,
         allow_local=state.config.allow_local_images))
-    plan = plan_chat(req, state.selection, default_thinking=state.config.thinking_default,
-                     image_sizes=[(i.width, i.height) for i in images])
+    plan = fmt.plan(req, default_thinking=state.config.thinking_default,
+                    image_sizes=[(i.width, i.height) for i in images])
     prompt = await state.tokenize_segments(plan.segments)
     params = _sampling(req, len(prompt), info.ctx_tokens, state.config.max_tokens,
                        plan.stop_ids, "messages")
@@ -77,10 +78,7 @@ async def completions(state: ServerState) -> Response:
     if not prompt:
         raise InvalidRequest("prompt must not be empty", "prompt", "invalid_value")
     stop_ids = {info.eos_id} if info.eos_id is not None else set()
-    if state.selection is not None and state.selection.kind == "xtml":
-        stop_ids.add(state.selection.xtml_marker_ids[3])
-    elif state.selection is not None and state.selection.kind == "chat.json":
-        stop_ids.update(state.selection.chat_format.stop_ids)
+    stop_ids.update(state.chat_format.end_ids)
     params = _sampling(req, len(prompt), info.ctx_tokens, state.config.max_tokens,
                        sorted(stop_ids), "prompt")
     reader = TextReader(stop_ids=frozenset(stop_ids))

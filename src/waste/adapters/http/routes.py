@@ -9,6 +9,7 @@ from __future__ import annotations
 import hmac
 import time
 
+import attrs
 from quart import Response, request
 from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound
 
@@ -189,21 +190,15 @@ async def _health(state: ServerState) -> Response:
     return json_response({
         "status": "ok", "model": state.config.model_id, "engine": state.info.build_info,
         "uptime_s": round(time.monotonic() - state.started, 3),
-        "chat_format": state.selection.kind if state.selection else None,
+        "chat_format": state.chat_format.name,
         "queue_depth": host.queue_depth, "generating": host.running is not None,
         "fake_engine": state.config.fake_engine})
 
 
 def model_object(state: ServerState) -> dict:
     info = state.info
-    sel = state.selection
-    fmt = sel.chat_format if sel is not None else None
-    if sel is not None and sel.kind == "xtml":
-        caps = {"reasoning": True, "tools": True, "images": bool(info.vision)}
-    elif fmt is not None:
-        caps = {"reasoning": fmt.reasoning, "tools": fmt.tools, "images": fmt.images}
-    else:
-        caps = {"reasoning": False, "tools": False, "images": False}
+    fmt = state.chat_format
+    caps = attrs.asdict(fmt.capabilities)
     stats = state.host.engine.statistics()
     return {
         "id": state.config.model_id, "object": "model",
@@ -215,8 +210,7 @@ def model_object(state: ServerState) -> dict:
             "ctx_train": info.ctx_train, "params_total": info.params_total,
             "params_active": info.params_active, "quant": info.quant, "vision": info.vision,
             "direct_io": stats.direct_io, "budget_bytes": stats.budget_bytes or info.budget_bytes,
-            "chat_format": {"kind": sel.kind if sel else None, **caps,
-                            "error": sel.error if sel else None},
+            "chat_format": {"kind": fmt.name, **caps, "error": fmt.error},
             "defaults": {"max_tokens": state.config.max_tokens,
                          "thinking": state.config.thinking_default},
             "fake_engine": state.config.fake_engine,
@@ -240,7 +234,7 @@ async def _model(state: ServerState, model_id: str) -> Response:
 async def _metrics(state: ServerState) -> Response:
     host = state.host
     stats = host.engine.statistics() if host.loaded else None
-    fmt = state.selection.kind if state.selection and state.selection.kind else "none"
+    fmt = state.chat_format.name or "none"
     info = {"model": state.config.model_id, "version": waste.__version__,
             "chat_format": fmt}
     text = state.metrics.render(cancelled=host.requests_cancelled, queue_depth=host.queue_depth,

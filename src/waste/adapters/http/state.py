@@ -12,8 +12,9 @@ import trio
 from waste.adapters.engine_host import EngineHost, EngineLoadFailed, EngineLoading, ShuttingDown
 from waste.adapters.http.config import HttpConfig
 from waste.adapters.metrics import Metrics
-from waste.domain.chatfmt import ChatFormatSelection, select_chat_format
-from waste.domain.engine import E_UNSUPPORTED, EngineError, ModelInfo
+from waste.domain.chat_format import ChatFormat, NoFormat
+from waste.domain.format_choice import select_chat_format
+from waste.domain.ports import E_UNSUPPORTED, EngineError, ModelInfo
 from waste.domain.errors import InvalidRequest
 from waste.domain.segments import Segment
 
@@ -26,7 +27,8 @@ class ServerState:
     host: EngineHost
     metrics: Metrics = attrs.field(factory=Metrics)
     started: float = attrs.field(factory=time.monotonic)
-    selection: ChatFormatSelection | None = None
+    # Until the engine has loaded, no format (requests are refused as loading before).
+    chat_format: ChatFormat = attrs.field(factory=lambda: NoFormat("the engine has not loaded"))
     info: ModelInfo | None = None
     completed_requests: int = 0
     # Why the container cannot tokenize (it was converted without tokenizer files), or None.
@@ -40,29 +42,29 @@ class ServerState:
         try:
             template = await self.host.call_engine(engine.chat_template)
         except EngineError as exc:  # an unreadable chat.json is a held error, not a crash
-            selection = ChatFormatSelection(kind=None, error=f"chat.json unreadable: {exc}")
+            chat_format: ChatFormat = NoFormat(f"chat.json unreadable: {exc}")
         else:
             try:
-                selection = await self.call_tokenizer(
+                chat_format = await self.call_tokenizer(
                     lambda: select_chat_format(tokenizer, template,
-                                               image_placeholder_id=info.media_placeholder_id))
+                                               image_placeholder_id=info.media_placeholder_id,
+                                               vision=info.vision))
             except EngineError as exc:
                 if exc.status != E_UNSUPPORTED:
                     raise
                 self.no_tokenizer = f"the container has no tokenizer ({exc.detail})"
-                selection = ChatFormatSelection(kind=None, error=(
+                chat_format = NoFormat((
                     f"No usable chat format: {self.no_tokenizer}, so neither the XTML markers "
                     "nor a chat.json can be tokenized"))
-        self.selection = selection
+        self.chat_format = chat_format
         self.info = info  # last: /health says "ok" once everything above is known
         self._log_format()
 
     def _log_format(self) -> None:
-        sel = self.selection
-        log.info("engine ready; chat format: %s", sel.kind or f"none ({sel.error})")
-        if sel.kind == "chat.json" and sel.chat_format.always_open and not self.config.thinking_default:
-            log.warning("warning: this chat format always opens its reasoning channel; "
-                        "--no-thinking does not apply")
+        fmt = self.chat_format
+        log.info("engine ready; chat format: %s", fmt.name or f"none ({fmt.error})")
+        for warning in fmt.startup_warnings(default_thinking=self.config.thinking_default):
+            log.warning("warning: %s", warning)
 
     def require_loaded(self) -> ModelInfo:
         """http.md §2.1 step 5: the model, or why there is none."""

@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 import secrets
 
-from waste.domain.completion import Output, ReplyAssembler
-from waste.domain.engine import EngineStats, GenerationResult
-from waste.domain.stopstrings import ContentPiece
+from waste.domain.reply.assembler import Output, ReplyAssembler
+from waste.domain.ports import EngineStats, GenerationResult
+from waste.domain.reply.stop_strings import ContentPiece
 
 
 def dumps(obj: object) -> str:

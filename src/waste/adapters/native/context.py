@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterator, NoReturn, Sequence
 
 import attrs
 
-from waste.domain.engine import EngineError, ModelInfo
+from waste.domain.ports import EngineError, ModelInfo
 
 from waste.adapters.native.options import NativeOptions
 

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 import attrs
 
-from waste.domain.engine import (EngineStats, GenerationResult, SamplingParams, TokenCallback,
+from waste.domain.ports import (EngineStats, GenerationResult, SamplingParams, TokenCallback,
                                  TokenEvent)
 
 from waste.adapters.native.context import NativeContext, fail, ffi, int32_array, lib

@@ -14,22 +14,23 @@ from typing import Any
 import attrs
 
 from waste.domain.errors import XTMLError
+from waste.domain.requests.thinking import ON_EFFORTS
 from waste.domain.segments import Segment, markup, plain
-from waste.domain.xtml_json import (
+from waste.domain.xtml.arguments import (
     RawArguments,
     argument_text,
     argument_type,
     canonical_json,
     normalise_arguments,
 )
-from waste.domain.xtml_tool_results import call_function, order_tool_results, resolve_tool_name
+from waste.domain.xtml.markers import (CLOSE, END_OF_MSG, MEDIA_BEGIN, MEDIA_CONTENT, MEDIA_END,
+                                      MEDIA_PAD, MEDIA_PLACEHOLDER, OPEN, SEP)
+from waste.domain.xtml.tool_results import call_function, order_tool_results, resolve_tool_name
 
-OPEN, SEP, CLOSE, END_OF_MSG = "<|open|>", "<|sep|>", "<|close|>", "<|end_of_msg|>"
-MEDIA_PLACEHOLDER = "<|kimi_image_placeholder|>"
 
 # A set, not a tuple: upstream's membership test raises TypeError for an unhashable effort,
 # and sorted() of it gives the ['high', 'low', 'max'] its message prints.
-SUPPORTED_EFFORTS = frozenset({"low", "high", "max"})
+SUPPORTED_EFFORTS = frozenset(ON_EFFORTS)
 IMAGE_PART_TYPES = ("image", "image_url")
 
 TOOLS_DECLARE = (
@@ -79,7 +80,7 @@ def image_prompt(width: int, height: int) -> str:
     for field, size in (("width", width), ("height", height)):
         if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
             raise ValueError(f"image {field} must be a positive int, got {size!r}")
-    return f"<|media_begin|>image {width}x{height}<|media_content|><|media_pad|><|media_end|>"
+    return f"{MEDIA_BEGIN}image {width}x{height}{MEDIA_CONTENT}{MEDIA_PAD}{MEDIA_END}"
 
 
 def render_segments(

@@ -1,7 +1,8 @@
 """What a reply reader produces: deltas while the model talks, and the final message.
 
-Both readers — the XTML region parser (``regions``) and the chat.json reader (``chatfmt``) —
-implement ``ReplyReader``, so the server streams either the same way.
+Every reader — the XTML region parser (``xtml.reply``), the chat.json reader
+(``chatjson.reply``) and the raw-continuation ``TextReader`` (``reply.text``) — implements
+``ReplyReader``, so the server streams any of them the same way.
 """
 
 from __future__ import annotations
@@ -63,4 +64,9 @@ class ReplyReader(Protocol):
     @property
     def done(self) -> bool:
         """True once the reply has ended structurally (the server may stop generating)."""
+        ...
+
+    @property
+    def reasoning_tokens(self) -> int:
+        """How many fed tokens were reasoning (0 for a reader without a reasoning channel)."""
         ...

@@ -10,7 +10,7 @@ from __future__ import annotations
 from urllib.parse import unquote, urlsplit
 
 from waste.domain.errors import InvalidRequest
-from waste.domain.requests_json import describe_json
+from waste.domain.requests.json_body import describe_json
 
 MISSING = "missing_required_parameter"
 INVALID_TYPE = "invalid_type"

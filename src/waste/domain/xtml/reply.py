@@ -15,11 +15,10 @@ from typing import Callable
 
 import attrs
 
-from waste.domain.replies import Delta, ToolCall, assistant_message
+from waste.domain.reply.events import Delta, ToolCall, assistant_message
+from waste.domain.xtml.markers import CLOSE, END_OF_MSG, OPEN, SEP, STRUCTURE, XtmlMarkerIds
 
-OPEN, SEP, CLOSE, END_OF_MSG = "<|open|>", "<|sep|>", "<|close|>", "<|end_of_msg|>"
-MARKERS = (OPEN, SEP, CLOSE, END_OF_MSG)
-_LONGEST_MARKER = max(len(m) for m in MARKERS)
+_LONGEST_MARKER = max(len(m) for m in STRUCTURE)
 
 # A header attribute: a run of word characters, '="', the value up to the next '"'.
 _ATTRIBUTE = re.compile(r'(\w+)="([^"]*)"')
@@ -27,19 +26,6 @@ _ATTRIBUTE = re.compile(r'(\w+)="([^"]*)"')
 # Parser states (xtml.md §6 "States").
 TOP, THINK, RESPONSE, TOOLS, CALL, ARG, JSON, DONE = (
     "TOP", "THINK", "RESPONSE", "TOOLS", "CALL", "ARG", "JSON", "DONE")
-
-
-@attrs.frozen
-class XtmlMarkerIds:
-    """The token ids of the four structural markers, resolved from the vocabulary.
-
-    Field order is ``chatfmt.XTML_MARKERS``' order, so ``XtmlMarkerIds(*selection_ids)`` works.
-    """
-
-    open: int
-    sep: int
-    close: int
-    end_of_msg: int
 
 
 @attrs.define
@@ -171,7 +157,7 @@ class RegionParser:
         buffer, self._held = self._held + text, ""
         start = search = 0
         while (at := buffer.find("<|", search)) >= 0:
-            marker = next((m for m in MARKERS if buffer.startswith(m, at)), None)
+            marker = next((m for m in STRUCTURE if buffer.startswith(m, at)), None)
             if marker is not None:
                 self._on_text(buffer[start:at], out)
                 self._on_marker(marker, out)
@@ -323,7 +309,7 @@ class RegionParser:
 # ---- headers and arguments --------------------------------------------------------------
 
 def _is_partial_marker(text: str) -> bool:
-    return any(len(text) < len(m) and m.startswith(text) for m in MARKERS)
+    return any(len(text) < len(m) and m.startswith(text) for m in STRUCTURE)
 
 
 def _attributes(header: str) -> dict[str, str]:

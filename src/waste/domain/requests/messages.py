@@ -11,7 +11,7 @@ import json
 import attrs
 
 from waste.domain.errors import InvalidRequest
-from waste.domain.requests_fields import (
+from waste.domain.requests.fields import (
     INVALID_VALUE,
     UNSUPPORTED,
     missing,
@@ -20,7 +20,7 @@ from waste.domain.requests_fields import (
     shorten,
     wrong_type,
 )
-from waste.domain.requests_json import find_decoded_problem
+from waste.domain.requests.json_body import find_decoded_problem
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 IMAGE_PART_TYPES = ("image_url", "image")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import attrs
 
 from waste.domain.errors import InvalidRequest
-from waste.domain.requests_fields import (
+from waste.domain.requests.fields import (
     INVALID_TYPE,
     INVALID_VALUE,
     UNSUPPORTED,
@@ -32,9 +32,9 @@ from waste.domain.requests_fields import (
     shorten,
     wrong_type,
 )
-from waste.domain.requests_json import parse_json_body
-from waste.domain.requests_messages import ImagePart, parse_messages
-from waste.domain.requests_thinking import ThinkingChoice, parse_thinking, resolve_thinking
+from waste.domain.requests.json_body import parse_json_body
+from waste.domain.requests.messages import ImagePart, parse_messages
+from waste.domain.requests.thinking import ThinkingChoice, parse_thinking, resolve_thinking
 
 __all__ = [
     "ChatRequest",

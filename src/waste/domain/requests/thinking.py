@@ -9,7 +9,7 @@ from __future__ import annotations
 import attrs
 
 from waste.domain.errors import InvalidRequest
-from waste.domain.requests_fields import INVALID_VALUE, UNSUPPORTED, optional_object, shorten, wrong_type
+from waste.domain.requests.fields import INVALID_VALUE, UNSUPPORTED, optional_object, shorten, wrong_type
 
 ON_EFFORTS = ("low", "high", "max")
 OFF_EFFORTS = ("none", "minimal", "off")

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 import attrs
 
 from waste.domain.errors import KimiToolError
-from waste.domain.replies import ToolCall
+from waste.domain.reply.events import ToolCall
 from waste.domain.segments import Segment, markup, plain
 
 SECTION_BEGIN = "<|tool_calls_section_begin|>"
