@@ -81,7 +81,7 @@ def decode(engine: NativeEngine, prompt: list[int], *, warmup: int, tokens: int,
             ids.append(event.token)
             return False
         started = time.perf_counter()
-        result = engine.generate(ids_in, SamplingParams(temperature=1.0, seed=call_seed,
+        result = engine.generate_ids(ids_in, SamplingParams(temperature=1.0, seed=call_seed,
                                                         max_tokens=n), on_token)
         if len(marks) != n:
             raise RuntimeError(f"asked for {n} tokens, got {len(marks)} ({result.stop_reason})")

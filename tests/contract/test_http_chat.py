@@ -39,7 +39,7 @@ def client(served):
 
 @pytest.fixture
 def record(served):
-    return state_of(served[1]).host.engine.record
+    return state_of(served[1]).service.engine.record
 
 
 def user(text: str, **extra) -> dict:

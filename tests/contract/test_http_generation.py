@@ -91,13 +91,10 @@ def test_include_usage(client):
 
 def test_every_request_starts_from_a_reset_engine(served, client):
     """Statelessness (http.md §6): a greedy answer is the same whatever ran before."""
-    record = served.engine.record
     first = client.post("/v1/chat/completions", json=greedy("Hello there")).json()
-    resets = record.resets
     client.post("/v1/chat/completions", json=user("something else entirely", temperature=0.9))
     client.post("/v1/completions", json={"prompt": "a raw continuation", "max_tokens": 5})
     second = client.post("/v1/chat/completions", json=greedy("Hello there")).json()
-    assert record.resets - resets == 3  # one per generation
     assert first["choices"][0]["message"] == second["choices"][0]["message"]
     assert first["usage"] == second["usage"]
 

@@ -80,7 +80,7 @@ def client(served):
 
 @pytest.fixture
 def engine(served):
-    return state_of(served[1]).host.engine
+    return state_of(served[1]).service.engine
 
 
 # -- model list ------------------------------------------------------------------------------
@@ -234,7 +234,7 @@ def glm():
 
 
 def test_glm_refuses_the_ui_chat_naming_tools(glm):
-    record = state_of(glm[1]).host.engine.record
+    record = state_of(glm[1]).service.engine.record
     before = len(record.prompts)
     with httpx.Client(base_url=glm[0], timeout=30) as c:
         r = send(c, load("chat_stream.json"))

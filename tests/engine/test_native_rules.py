@@ -89,7 +89,7 @@ def test_invalid_utf8_is_refused_by_c_naming_the_byte(tiny_f32):
         for markup in (False, True):
             with pytest.raises(EngineError) as info:
                 c.tokenize(b"ab\xed\xa0\x80c", markup)     # a UTF-8-encoded surrogate at byte 2
-            assert info.value.status_name == "E_ARG" and "invalid UTF-8 at byte 2" in info.value.detail
+            assert info.value.code == "E_ARG" and "invalid UTF-8 at byte 2" in info.value.detail
         assert c.detokenize(c.tokenize("ok é".encode())) == "ok é".encode()
 
 
@@ -109,7 +109,7 @@ def test_pieces_plus_tail_equal_detokenize_when_the_callback_stops(tiny_f32):
                 return event.piece == b"" and event.token < n_text   # bytes held back: stop here
 
             engine.reset()
-            result = engine.generate([5, 9, 11], SamplingParams(temperature=3.0, seed=seed, max_tokens=40),
+            result = engine.generate_ids([5, 9, 11], SamplingParams(temperature=3.0, seed=seed, max_tokens=40),
                                      on_token)
             ids = [e.token for e in events]
             if any(i >= n_text for i in ids):
@@ -185,7 +185,7 @@ def test_binding_options_name_the_kernel_sets(tiny_f32):
         try:
             engine = NativeEngine.open(tiny_f32[1], NativeOptions(usage_path="", kernels=name))
         except EngineError as exc:
-            assert name in ("avx2", "avx512") and exc.status_name == "E_UNSUPPORTED" and name in exc.detail
+            assert name in ("avx2", "avx512") and exc.code == "E_UNSUPPORTED" and name in exc.detail
         else:
             engine.close()
     with pytest.raises(ValueError):

@@ -8,10 +8,10 @@ opens anything; the engine opens in the serving lifecycle.
 
 from __future__ import annotations
 
-from waste.app.factory import app_from_environment, create_app, engine_loader
+from waste.app.factory import app_from_environment, create_app, engine_opener
 from waste.app.settings import Settings, load_settings
 
-__all__ = ["create_app", "engine_loader", "Settings", "load_settings", "app"]
+__all__ = ["create_app", "engine_opener", "Settings", "load_settings", "app"]
 
 
 class _AppFromEnvironment:

@@ -1,38 +1,110 @@
-"""The Engine port: everything the server needs from an inference engine, and nothing more.
+"""The ports: what the server needs from an engine, a tokenizer and an image decoder.
 
-Adapters implement it: ``waste.adapters.fake.FakeEngine`` (scripted, for tests and client
-developers) and ``waste.adapters.native.NativeEngine`` (libwaste through cffi). Which calls
-block, which may run from any thread, and what each raises is stated per method below.
-Engine failures are ``EngineError`` values defined here, beside the port.
+Adapters implement them: ``waste.adapters.fake`` (scripted, for tests and client developers)
+and ``waste.adapters.native`` (libwaste through cffi); ``waste.adapters.images`` decodes
+images. Which calls block, which may run from any thread, and what each raises is stated per
+method. Engine failures are the ``EngineError`` family defined here, beside the ports.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Protocol, Sequence
+from typing import Callable, ClassVar, Protocol, Sequence
 
 import attrs
 
-# Status names, as libwaste's waste_status_name() spells them (engine.md §1).
-STATUS_NAMES = {
-    0: "OK", -1: "E_IO", -2: "E_FORMAT", -3: "E_BUDGET", -4: "E_NOMEM", -5: "E_ARG",
-    -6: "E_UNSUPPORTED", -7: "E_CANCELLED", -8: "E_BUSY", -9: "E_STATE", -10: "E_SPACE",
-    -11: "E_CTX",
-}
-E_CANCELLED = -7
-E_UNSUPPORTED = -6
+from waste.domain.requests.messages import ImagePart
+
+# -- engine errors ----------------------------------------------------------------------------
 
 
 class EngineError(Exception):
-    """A call into the engine failed. ``status`` is the libwaste status code, ``detail`` its text."""
+    """An engine call failed. ``code`` names the kind (libwaste's status name, docs/ENGINE.md
+    §1), ``detail`` says exactly what failed (file, tensor, field, expert)."""
 
-    def __init__(self, status: int, detail: str) -> None:
-        super().__init__(f"{STATUS_NAMES.get(status, status)}: {detail}")
-        self.status = status
+    code: ClassVar[str] = "E_ENGINE"
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(f"{self.code}: {detail}")
         self.detail = detail
 
-    @property
-    def status_name(self) -> str:
-        return STATUS_NAMES.get(self.status, str(self.status))
+
+class EngineIOError(EngineError):
+    """A file could not be read or written (the container, the hotlist, chat.json)."""
+
+    code = "E_IO"
+
+
+class EngineFormatError(EngineError):
+    """A file is not what it claims to be (a bad manifest, tensor, rank file, non-UTF-8)."""
+
+    code = "E_FORMAT"
+
+
+class BudgetExceeded(EngineError):
+    """The memory budget cannot hold what the call needs."""
+
+    code = "E_BUDGET"
+
+
+class EngineOutOfMemory(EngineError):
+    """An allocation failed."""
+
+    code = "E_NOMEM"
+
+
+class InvalidArgument(EngineError):
+    """An argument is out of range: an id outside the vocabulary, invalid UTF-8, bad pixels."""
+
+    code = "E_ARG"
+
+
+class Unsupported(EngineError):
+    """The engine cannot do this: no tokenizer, no vision tower, an unknown option."""
+
+    code = "E_UNSUPPORTED"
+
+
+class Cancelled(EngineError):
+    """The call stopped early because ``abort`` was called (the state stays consistent)."""
+
+    code = "E_CANCELLED"
+
+
+class EngineBusy(EngineError):
+    """Another call is running on the same context (calls must be serialised)."""
+
+    code = "E_BUSY"
+
+
+class InvalidState(EngineError):
+    """The context is closed, or poisoned by an earlier failure."""
+
+    code = "E_STATE"
+
+
+class BufferTooSmall(EngineError):
+    """An output buffer was too small (adapters retry with the size asked for)."""
+
+    code = "E_SPACE"
+
+
+class ContextFull(EngineError):
+    """The prompt does not fit the context; nothing was evaluated.
+
+    ``prompt_tokens`` and ``ctx_tokens`` are set when the engine knows them (the prompt's
+    length after image expansion), so the caller can say it as a request error.
+    """
+
+    code = "E_CTX"
+
+    def __init__(self, detail: str, *, prompt_tokens: int | None = None,
+                 ctx_tokens: int | None = None) -> None:
+        super().__init__(detail)
+        self.prompt_tokens = prompt_tokens
+        self.ctx_tokens = ctx_tokens
+
+
+# -- values -----------------------------------------------------------------------------------
 
 
 @attrs.frozen(kw_only=True)
@@ -75,6 +147,24 @@ class SamplingParams:
 
 
 @attrs.frozen(kw_only=True)
+class PromptImage:
+    """One decoded image: RGB8 pixels, row-major, ``width * height * 3`` bytes."""
+
+    rgb: bytes
+    width: int
+    height: int
+
+
+@attrs.frozen(kw_only=True)
+class Prompt:
+    """What a reply is generated for: token ids, and the images their placeholders stand for
+    (one ``media_placeholder_id`` per image, in order)."""
+
+    ids: tuple[int, ...]
+    images: tuple[PromptImage, ...] = ()
+
+
+@attrs.frozen(kw_only=True)
 class TokenEvent:
     """One sampled token, delivered to the ``on_token`` callback as soon as it exists.
 
@@ -94,7 +184,11 @@ class TokenEvent:
 
 @attrs.frozen(kw_only=True)
 class GenerationResult:
-    """What one ``generate`` call did. ``stop_reason``: token, max_tokens, ctx_full, callback."""
+    """What one ``generate`` call did. ``stop_reason``: token, max_tokens, ctx_full, callback.
+
+    ``prompt_tokens`` counts the prompt after image expansion; ``cached_tokens`` how many of
+    them were reused from an earlier call instead of evaluated (0 until prefix reuse).
+    """
 
     prompt_tokens: int
     tokens_generated: int
@@ -105,6 +199,7 @@ class GenerationResult:
     prefill_ms: float
     decode_ms: float
     direct_io: bool
+    cached_tokens: int = 0
 
 
 @attrs.frozen(kw_only=True)
@@ -125,15 +220,32 @@ class EngineStats:
 TokenCallback = Callable[[TokenEvent], bool]
 
 
+def fit_to_context(params: SamplingParams, prompt_tokens: int,
+                   ctx_tokens: int) -> SamplingParams:
+    """``params`` with ``max_tokens`` cut to the room a ``prompt_tokens`` prompt leaves.
+
+    Raises:
+        ContextFull: the prompt alone fills the context (with both numbers).
+    """
+    if prompt_tokens >= ctx_tokens:
+        raise ContextFull(f"the prompt is {prompt_tokens} tokens; the context holds "
+                          f"{ctx_tokens}", prompt_tokens=prompt_tokens, ctx_tokens=ctx_tokens)
+    room = ctx_tokens - prompt_tokens
+    return attrs.evolve(params, max_tokens=room) if params.max_tokens > room else params
+
+
+# -- the ports --------------------------------------------------------------------------------
+
+
 class Vocabulary(Protocol):
     """The slice of a tokenizer that chat-format resolution needs."""
 
     def tokenize_markup(self, text: str) -> list[int]:
         """Token ids of ``text`` with special tokens recognised anywhere, longest match first.
 
-        Blocking. Raises EngineError: E_UNSUPPORTED when the container has no tokenizer
-        (its only cause here), E_ARG on text that is not valid UTF-8, E_BUSY when another
-        call runs on the same context, E_STATE once closed.
+        Blocking. Raises Unsupported when the container has no tokenizer, InvalidArgument
+        on text that is not valid UTF-8, EngineBusy when another call runs on the same
+        context, InvalidState once closed.
         """
         ...
 
@@ -147,7 +259,7 @@ class Tokenizer(Vocabulary, Protocol):
     """Tokenization without generation: what prompt building and /tokenize use.
 
     The native adapter backs it with a second, tokenizer-only context so it answers while
-    the engine generates; the fake is its own tokenizer. Every call is blocking: the host
+    the engine generates; the fake is its own tokenizer. Every call is blocking: the service
     makes them in a worker thread, one at a time (its tokenizer limiter). Cancellation
     cannot interrupt a call; a cancelled caller waits for it to return.
     """
@@ -155,37 +267,36 @@ class Tokenizer(Vocabulary, Protocol):
     def tokenize(self, text: str) -> list[int]:
         """Plain tokenization: special texts are never recognised; every id < n_base_vocab.
 
-        Raises EngineError: E_UNSUPPORTED (no tokenizer), E_ARG (invalid UTF-8), E_BUSY,
-        E_STATE (closed).
+        Raises Unsupported (no tokenizer), InvalidArgument (invalid UTF-8), EngineBusy,
+        InvalidState (closed).
         """
         ...
 
     def detokenize(self, ids: Sequence[int]) -> bytes:
         """Raw bytes of ``ids``, specials written as their text.
 
-        Raises EngineError: E_ARG (an id outside the vocabulary), E_UNSUPPORTED (no
-        tokenizer), E_BUSY, E_STATE (closed).
+        Raises InvalidArgument (an id outside the vocabulary), Unsupported (no tokenizer),
+        EngineBusy, InvalidState (closed).
         """
         ...
 
-    def close(self) -> None:
-        """Release the context. Idempotent; never raises."""
-        ...
 
+class Engine(Protocol):
+    """An inference engine holding one model: it generates replies to prompts.
 
-class Engine(Tokenizer, Protocol):
-    """An inference engine holding one model and one conversation state.
+    Opening, closing, saving the expert hotlist, resetting state between prompts and
+    queueing images are the adapter's business (its ``open_*`` async context manager).
 
-    Threads (engine.md §2, host contract): ``model_info``, ``n_base_vocab``, ``statistics``
-    and ``abort`` are quick and safe from any thread at any time, also during ``generate``.
-    Every other call is blocking and the context is not thread-safe: the host makes those
-    calls from its engine worker, in a thread, one at a time (a concurrent call raises
-    E_BUSY). Inside ``on_token`` only ``statistics`` and ``abort`` may be called.
+    Threads (docs/ENGINE.md §2, host contract): ``model_info``, ``statistics`` and ``abort``
+    are quick and safe from any thread at any time, also during ``generate``. The other
+    calls are blocking and one at a time: the service makes them from its engine worker,
+    in a thread (a concurrent call raises EngineBusy). Inside ``on_token`` only
+    ``statistics`` and ``abort`` may be called.
 
-    Cancellation: a Trio cancellation never interrupts a call (the host's threads are not
-    abandoned, so nothing outlives the engine). Work stops early only through ``generate``'s
-    callback returning True (at the next token) or ``abort`` (at the next token or prefill
-    chunk).
+    Cancellation: a Trio cancellation never interrupts a call (the service's threads are
+    not abandoned, so nothing outlives the engine). Work stops early only through
+    ``generate``'s callbacks (``is_cancelled`` before prefill, ``on_token`` returning True
+    at the next token) or ``abort`` (at the next token or prefill chunk).
     """
 
     def model_info(self) -> ModelInfo:
@@ -195,53 +306,34 @@ class Engine(Tokenizer, Protocol):
     def chat_template(self) -> str | None:
         """The container's chat.json text, or None when it has none.
 
-        Blocking (reads a file). Raises EngineError: E_IO (unreadable), E_FORMAT (not UTF-8).
+        Blocking (reads a file). Raises EngineIOError (unreadable), EngineFormatError (not
+        UTF-8).
         """
         ...
 
-    def reset(self) -> None:
-        """Back to position 0: recurrent state, KV, image queue, abort flag and poison cleared.
+    def generate(self, prompt: Prompt, params: SamplingParams, on_token: TokenCallback, *,
+                 is_cancelled: Callable[[], bool] | None = None) -> GenerationResult:
+        """Generate a reply to ``prompt`` from a fresh state: expand its images, prefill, then
+        sample until a stop id, ``max_tokens`` (cut to the room the prompt leaves), a full
+        context, or ``on_token`` returning True (``stop_reason`` ``callback``).
 
-        Blocking but quick. Raises EngineError: E_BUSY when another call is running on this
-        context, E_STATE once closed.
-        """
-        ...
+        ``is_cancelled`` is asked once the state is fresh, before any work: True ends the
+        call with Cancelled (an ``abort`` that came before the call started is not lost).
 
-    def generate(
-        self, prompt: Sequence[int], params: SamplingParams, on_token: TokenCallback
-    ) -> GenerationResult:
-        """Prefill ``prompt`` then sample until a stop id, ``max_tokens``, a full context, or
-        ``on_token`` returning True (``stop_reason`` ``callback``).
-
-        Blocking. Raises EngineError: E_ARG (empty prompt, bad id or parameter), E_CTX when
-        the prompt does not fit (nothing evaluated), E_CANCELLED after ``abort`` (the state
-        stays consistent), E_IO / E_FORMAT / E_NOMEM / E_BUDGET on failure (the state is then
-        poisoned until ``reset``), E_BUSY, E_STATE (poisoned or closed). An exception raised
-        by ``on_token`` stops generation and is re-raised from here.
+        Blocking. Raises InvalidArgument (empty prompt, bad id or parameter, a placeholder
+        count that differs from the images), Unsupported (images without a vision tower),
+        ContextFull (the prompt does not fit; nothing evaluated), Cancelled (``abort`` or
+        ``is_cancelled``), EngineIOError / EngineFormatError / EngineOutOfMemory /
+        BudgetExceeded on failure, EngineBusy, InvalidState (closed). An exception raised by
+        ``on_token`` stops generation and is re-raised from here.
         """
         ...
 
     def abort(self) -> None:
-        """Ask the running call to stop at its next token or prefill chunk (E_CANCELLED).
+        """Ask the running ``generate`` to stop at its next token or prefill chunk (Cancelled).
 
-        Quick, any thread, any time; never raises. The flag is sticky until a call honours
-        it or ``reset`` clears it, so the host resets before every generation.
-        """
-        ...
-
-    def add_image(self, rgb: bytes, width: int, height: int) -> int:
-        """Queue an RGB8 image; returns how many positions its placeholder expands into.
-
-        Blocking. Raises EngineError: E_UNSUPPORTED without a vision tower, E_ARG on bad
-        pixels, E_BUSY, E_STATE.
-        """
-        ...
-
-    def expand_images(self, ids: Sequence[int]) -> list[int]:
-        """Replace each media placeholder id with its positions, in queue order.
-
-        Blocking. Raises EngineError: E_ARG when the placeholder count differs from the
-        queue, E_BUSY, E_STATE.
+        Quick, any thread, any time; never raises. Without a running call it does nothing
+        lasting: the next ``generate`` starts from a fresh state.
         """
         ...
 
@@ -249,21 +341,19 @@ class Engine(Tokenizer, Protocol):
         """Cumulative statistics since open (after close: the final values).
 
         Quick, any thread, also during ``generate``. Raises EngineError only when the engine
-        cannot read its own counters (libwaste's get_stats failing).
+        cannot read its own counters.
         """
         ...
 
-    def save_usage(self) -> None:
-        """Write the expert hotlist where the engine was opened to keep it (``--usage``);
-        does nothing when it was opened without one.
 
-        Blocking. Raises EngineError: E_IO (the file cannot be written), E_BUSY, E_STATE.
-        """
-        ...
+class ImageDecoder(Protocol):
+    """Image parts of a request to pixels (docs/HTTP.md §7's policy)."""
 
-    def close(self) -> None:
-        """Abort a running call, wait for it, then release the model. Idempotent.
+    def __call__(self, parts: Sequence[ImagePart], *, vision: bool,
+                 allow_local: bool) -> list[PromptImage]:
+        """Decode every part, in order. Blocking (CPU-bound): run it in a worker thread.
 
-        Blocking. Raises EngineError: E_BUSY when called from inside ``on_token``.
+        Raises:
+            InvalidRequest: with the docs/HTTP.md §5 code and the part's param.
         """
         ...

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import attrs
 
-from waste.adapters.engine_host import EngineLoadFailed, EngineLoading, QueueFull, ShuttingDown
 from waste.domain.ports import EngineError
 from waste.domain.errors import (ChatFormatError, ContextLengthExceeded, InvalidRequest,
                                  KimiToolError, XTMLError)
 from waste.domain.chat_format import NoChatFormat
+from waste.service import EngineLoadFailed, EngineLoading, QueueFull, ShuttingDown
 
 INVALID = "invalid_request_error"
 UNAVAILABLE = "unavailable_error"
@@ -70,10 +70,10 @@ def to_api_error(exc: BaseException) -> ApiError:
 
 def _engine_message(exc: BaseException) -> str | None:
     if isinstance(exc, EngineError):
-        return f"The engine failed ({exc.status_name}): {exc.detail}"
+        return f"The engine failed ({exc.code}): {exc.detail}"
     if isinstance(exc, EngineLoadFailed):
         cause = exc.cause
-        why = f"{cause.status_name}: {cause.detail}" if isinstance(cause, EngineError) else str(cause)
+        why = f"{cause.code}: {cause.detail}" if isinstance(cause, EngineError) else str(cause)
         return f"The engine failed to load ({why}); this server cannot generate. Fix the " \
                "container or the flags and restart it."
     return None

@@ -17,20 +17,18 @@ from typing import AsyncIterator, Callable
 import trio
 from quart import Response, request
 
-from waste.adapters.engine_host import (DecodedImage, Failed, Finished, Job, Released,
-                                        Started)
 from waste.adapters.http.errors import envelope, to_api_error
 from waste.adapters.http.exchange import hold
 from waste.adapters.http.state import ServerState
 from waste.adapters.http.wire import (SSE_KEEPALIVE, ChatChunks, CompletionChunks,
                                       chat_response, completion_response, dumps, new_id, sse,
                                       usage, waste_object)
-from waste.adapters.images import decode_images
 from waste.domain.reply.assembler import ReplyAssembler
 from waste.domain.reply.text import TextReader
 from waste.domain.ports import SamplingParams
 from waste.domain.errors import ContextLengthExceeded, InvalidRequest
 from waste.domain.requests import parse_chat_request, parse_completion_request, parse_json_body
+from waste.service import Failed, Finished, Job, Released, Started
 
 
 async def read_json_body() -> dict:
@@ -56,7 +54,7 @@ async def chat_completions(state: ServerState) -> Response:
     fmt.check_request(req)
     # Decoding up to 8 × 50 MP must not stall the event loop (/health answers at once).
     images = await trio.to_thread.run_sync(functools.partial(
-        decode_images, req.image_parts, vision=state.config.vision and info.vision,
+        state.decode_images, req.image_parts, vision=state.config.vision and info.vision,
         allow_local=state.config.allow_local_images))
     plan = fmt.plan(req, default_thinking=state.config.thinking_default,
                     image_sizes=[(i.width, i.height) for i in images])
@@ -73,7 +71,7 @@ async def completions(state: ServerState) -> Response:
     info = state.require_loaded()
     req = parse_completion_request(body)
     state.require_tokenizer("prompt")
-    tokenizer = state.host.tokenizer
+    tokenizer = state.service.tokenizer
     prompt = await state.call_tokenizer(tokenizer.tokenize, req.prompt)
     if not prompt:
         raise InvalidRequest("prompt must not be empty", "prompt", "invalid_value")
@@ -90,8 +88,8 @@ async def completions(state: ServerState) -> Response:
 async def _answer(state: ServerState, job: Job, req, id_prefix: str, chunks_type,
                   build_response) -> Response:
     """Admission (http.md §2.1 step 10), then a stream or a blocking answer."""
-    events = state.host.admit(job)  # decided once; the place is held from here on
-    hold(functools.partial(state.host.leave, job))
+    events = state.service.admit(job)  # decided once; the place is held from here on
+    hold(functools.partial(state.service.leave, job))
     ident = new_id(id_prefix)
     created = int(time.time())
     if req.stream:
@@ -115,7 +113,7 @@ def _account(state: ServerState, job: Job, done: Finished, queue_ms: float) -> t
     reasoning = None if isinstance(reader, TextReader) else job.assembler.reasoning_tokens
     usage_body = usage(done.prompt_tokens, result.tokens_generated, reasoning)
     waste = waste_object(prompt_tokens=done.prompt_tokens, result=result, queue_ms=queue_ms,
-                         seed=job.params.seed, stats=state.host.engine.statistics(),
+                         seed=job.params.seed, stats=state.service.engine.statistics(),
                          requests=state.completed_requests)
     return usage_body, waste
 
@@ -140,7 +138,7 @@ async def _blocking(state: ServerState, job: Job, events, ident: str, created: i
                 return Response(dumps(body), 200, {"x-request-id": ident},
                                 content_type="application/json")
     finally:
-        state.host.leave(job)
+        state.service.leave(job)
     raise RuntimeError("the engine worker ended without an answer")
 
 
@@ -155,7 +153,7 @@ def _stream(state: ServerState, job: Job, events, chunks, ident: str) -> Respons
                 async for text in writes:
                     yield text
         finally:
-            state.host.leave(job)
+            state.service.leave(job)
 
     response = Response(body(), 200, {
         "Content-Type": "text/event-stream", "Cache-Control": "no-cache",
@@ -223,4 +221,4 @@ def _render_event(state, job, chunks, timing: dict, event) -> tuple[str, bool]:
     return "", False
 
 
-__all__ = ["chat_completions", "completions", "DecodedImage"]
+__all__ = ["chat_completions", "completions"]

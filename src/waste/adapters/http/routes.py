@@ -177,11 +177,11 @@ def _after(state: ServerState, response: Response) -> Response:
 # -- simple routes ------------------------------------------------------------------------------
 
 async def _health(state: ServerState) -> Response:
-    host = state.host
-    if host.load_error is not None:
+    service = state.service
+    if service.load_error is not None:
         return json_response({"status": "failed", "model": state.config.model_id,
-                              "engine": None, "error": str(host.load_error)}, 503)
-    if host.shutting_down:
+                              "engine": None, "error": str(service.load_error)}, 503)
+    if service.shutting_down:
         return json_response({"status": "shutting_down", "model": state.config.model_id,
                               "engine": None}, 503, {"Retry-After": "5"})
     if state.info is None:
@@ -191,7 +191,7 @@ async def _health(state: ServerState) -> Response:
         "status": "ok", "model": state.config.model_id, "engine": state.info.build_info,
         "uptime_s": round(time.monotonic() - state.started, 3),
         "chat_format": state.chat_format.name,
-        "queue_depth": host.queue_depth, "generating": host.running is not None,
+        "queue_depth": service.queue_depth, "generating": service.running is not None,
         "fake_engine": state.config.fake_engine})
 
 
@@ -199,10 +199,10 @@ def model_object(state: ServerState) -> dict:
     info = state.info
     fmt = state.chat_format
     caps = attrs.asdict(fmt.capabilities)
-    stats = state.host.engine.statistics()
+    stats = state.service.engine.statistics()
     return {
         "id": state.config.model_id, "object": "model",
-        "created": int(state.host.opened_at or time.time()), "owned_by": "waste",
+        "created": int(state.service.opened_at or time.time()), "owned_by": "waste",
         "waste": {
             "arch": info.arch, "n_layers": info.n_layers, "n_experts": info.n_experts,
             "top_k": info.top_k, "n_shared_experts": info.n_shared_experts,
@@ -232,13 +232,13 @@ async def _model(state: ServerState, model_id: str) -> Response:
 
 
 async def _metrics(state: ServerState) -> Response:
-    host = state.host
-    stats = host.engine.statistics() if host.loaded else None
+    service = state.service
+    stats = service.engine.statistics() if service.loaded else None
     fmt = state.chat_format.name or "none"
     info = {"model": state.config.model_id, "version": waste.__version__,
             "chat_format": fmt}
-    text = state.metrics.render(cancelled=host.requests_cancelled, queue_depth=host.queue_depth,
-                                running=int(host.running is not None), stats=stats, info=info)
+    text = state.metrics.render(cancelled=service.requests_cancelled, queue_depth=service.queue_depth,
+                                running=int(service.running is not None), stats=stats, info=info)
     return Response(text, 200, content_type="text/plain; version=0.0.4")
 
 
@@ -263,7 +263,7 @@ async def _tokenize(state: ServerState) -> Response:
     parse_special = _bool_field(body, "parse_special")
     with_pieces = _bool_field(body, "with_pieces")
     state.require_tokenizer("content")
-    tok = state.host.tokenizer
+    tok = state.service.tokenizer
     ids = await state.call_tokenizer(tok.tokenize_markup if parse_special else tok.tokenize, content)
     if add_special and info.bos_id is not None:
         ids = [info.bos_id] + ids
@@ -295,7 +295,7 @@ async def _detokenize(state: ServerState) -> Response:
             raise InvalidRequest(f"tokens[{i}] = {token} is outside [0, {info.vocab})",
                                  f"tokens[{i}]", "invalid_value")
     state.require_tokenizer("tokens")
-    raw = await state.call_tokenizer(state.host.tokenizer.detokenize, tokens)
+    raw = await state.call_tokenizer(state.service.tokenizer.detokenize, tokens)
     return json_response({"content": raw.decode("utf-8", errors="replace")})
 
 

@@ -1,4 +1,5 @@
-"""The server's shared state: the engine host, the chat format chosen at load, the metrics."""
+"""The HTTP adapter's state: the generation service, the chat format chosen at load, the
+image decoder it was given, and the metrics it serves."""
 
 from __future__ import annotations
 
@@ -9,14 +10,14 @@ from typing import Any, Callable, Sequence
 import attrs
 import trio
 
-from waste.adapters.engine_host import EngineHost, EngineLoadFailed, EngineLoading, ShuttingDown
 from waste.adapters.http.config import HttpConfig
-from waste.adapters.metrics import Metrics
+from waste.adapters.http.metrics import Metrics
 from waste.domain.chat_format import ChatFormat, NoFormat
 from waste.domain.format_choice import select_chat_format
-from waste.domain.ports import E_UNSUPPORTED, EngineError, ModelInfo
+from waste.domain.ports import EngineError, ImageDecoder, ModelInfo, Unsupported
 from waste.domain.errors import InvalidRequest
 from waste.domain.segments import Segment
+from waste.service import EngineLoadFailed, EngineLoading, GenerationService, ShuttingDown
 
 log = logging.getLogger("waste")
 
@@ -24,7 +25,8 @@ log = logging.getLogger("waste")
 @attrs.define(eq=False)
 class ServerState:
     config: HttpConfig
-    host: EngineHost
+    service: GenerationService
+    decode_images: ImageDecoder
     metrics: Metrics = attrs.field(factory=Metrics)
     started: float = attrs.field(factory=time.monotonic)
     # Until the engine has loaded, no format (requests are refused as loading before).
@@ -37,10 +39,11 @@ class ServerState:
     async def resolve_chat_format(self) -> None:
         """Choose the chat format once the engine is open; a container without a usable one
         is a held error, not a failure. Every blocking call runs in a worker thread."""
-        engine, tokenizer = self.host.engine, self.host.tokenizer
+        engine, tokenizer = self.service.engine, self.service.tokenizer
+        assert engine is not None and tokenizer is not None, "called once the engine is open"
         info = engine.model_info()
         try:
-            template = await self.host.call_engine(engine.chat_template)
+            template = await self.service.call_engine(engine.chat_template)
         except EngineError as exc:  # an unreadable chat.json is a held error, not a crash
             chat_format: ChatFormat = NoFormat(f"chat.json unreadable: {exc}")
         else:
@@ -49,9 +52,7 @@ class ServerState:
                     lambda: select_chat_format(tokenizer, template,
                                                image_placeholder_id=info.media_placeholder_id,
                                                vision=info.vision))
-            except EngineError as exc:
-                if exc.status != E_UNSUPPORTED:
-                    raise
+            except Unsupported as exc:
                 self.no_tokenizer = f"the container has no tokenizer ({exc.detail})"
                 chat_format = NoFormat((
                     f"No usable chat format: {self.no_tokenizer}, so neither the XTML markers "
@@ -67,12 +68,12 @@ class ServerState:
             log.warning("warning: %s", warning)
 
     def require_loaded(self) -> ModelInfo:
-        """http.md §2.1 step 5: the model, or why there is none."""
-        if self.host.load_error is not None:
-            raise EngineLoadFailed(self.host.load_error)
+        """docs/HTTP.md §2.1 step 5: the model, or why there is none."""
+        if self.service.load_error is not None:
+            raise EngineLoadFailed(self.service.load_error)
         if self.shutting_down:
             raise ShuttingDown()
-        if self.info is None or not self.host.loaded:
+        if self.info is None or not self.service.loaded:
             raise EngineLoading()
         return self.info
 
@@ -85,11 +86,12 @@ class ServerState:
 
     @property
     def shutting_down(self) -> bool:
-        return self.host.shutting_down
+        return self.service.shutting_down
 
     async def tokenize_segments(self, segments: Sequence[Segment]) -> list[int]:
-        """Encode each segment on its own and concatenate (never merge, xtml.md §1)."""
-        tokenizer = self.host.tokenizer
+        """Encode each segment on its own and concatenate (never merge, docs/XTML.md §1)."""
+        tokenizer = self.service.tokenizer
+        assert tokenizer is not None, "called once the engine is open"
 
         def encode() -> list[int]:
             ids: list[int] = []
@@ -101,4 +103,4 @@ class ServerState:
 
     async def call_tokenizer(self, fn: Callable[..., Any], *args: Any) -> Any:
         """One blocking tokenizer call in a worker thread, serialised with the others."""
-        return await trio.to_thread.run_sync(fn, *args, limiter=self.host.tokenizer_limiter)
+        return await trio.to_thread.run_sync(fn, *args, limiter=self.service.tokenizer_limiter)
