@@ -1,5 +1,5 @@
 """The engines the HTTP contract runs against: the scripted fake, and libwaste on a synthetic
-container (style.md: the same contract test runs against both).
+container (the same contract test runs against both).
 
 ``RecordingEngine`` wraps either adapter. It records what the server asked of the engine
 (prompts, stop reasons, tokens delivered), like the fake's own record, and can pause

@@ -1,5 +1,5 @@
 """``python -m waste`` as users run it, in a subprocess: startup, signals, exit codes
-(http.md §6 Shutdown, §9).
+(docs/HTTP.md §6 Shutdown, §9).
 
 The server is a black box here; the test synchronises on what it prints (``listening on``,
 its log lines) and on its HTTP answers, never on sleeps.

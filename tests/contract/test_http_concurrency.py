@@ -1,4 +1,4 @@
-"""Queueing, disconnects, admission, keep-alive and shutdown over real sockets (http.md §4.3,
+"""Queueing, disconnects, admission, keep-alive and shutdown over real sockets (docs/HTTP.md §4.3,
 §6), against each engine.
 
 Order comes from events, never from sleeps: the recording engine pauses a generation inside
@@ -171,7 +171,7 @@ def test_max_queue_counts_only_waiting_requests(engine_kind, request):
 
 
 def test_queue_refusals_are_plain_json_never_sse(holding):
-    """http.md §4.3: refusals at checks 1–10 are JSON; admission is decided once."""
+    """docs/HTTP.md §4.3: refusals at checks 1–10 are JSON; admission is decided once."""
     served, holder = holding(max_queue=2)
 
     def open_stream(i: int):
@@ -288,7 +288,7 @@ async def _leave_while_the_headers_go_out(app, body: bytes) -> list[str]:
 
 
 def test_a_client_that_leaves_before_the_body_starts_holds_no_place(holding):
-    """stack-notes pitfall 4: the never-started body generator runs no finally; the exchange
+    """docs/STACK.md pitfall 4: the never-started body generator runs no finally; the exchange
     releases the admitted job anyway."""
     served, holder = holding()
     body = json.dumps(chat("never started", stream=True)).encode()

@@ -1,4 +1,4 @@
-"""The chat.json path and the no-chat-format container over real sockets (chatjson.md, http.md §2.5)."""
+"""The chat.json path and the no-chat-format container over real sockets (docs/CHATJSON.md, docs/HTTP.md §2.5)."""
 
 from __future__ import annotations
 

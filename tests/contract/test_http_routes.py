@@ -1,4 +1,4 @@
-"""HTTP routes over real sockets, against each engine: http.md §1, §2.1, §5, §6, §8."""
+"""HTTP routes over real sockets, against each engine: docs/HTTP.md §1, §2.1, §5, §6, §8."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def test_models_list_and_one(served, client):
 
 @pytest.fixture(scope="module")
 def fake_client():
-    """The fake alone, for what http.md §9.1 fixes about it."""
+    """The fake alone, for what docs/HTTP.md §9.1 fixes about it."""
     with running(fake(), Settings(fake_engine="builtin")) as (base, app), \
             httpx.Client(base_url=base, timeout=10) as c:
         yield c

@@ -1,4 +1,4 @@
-"""Image parts end to end (http.md §5, §7; xtml.md §3.8) against a vision-enabled fake.
+"""Image parts end to end (docs/HTTP.md §5, §7; docs/XTML.md §3.8) against a vision-enabled fake.
 
 Images are made with Pillow in memory; the fake records each image's W×H and the exact prompt
 ids, so the tests check what reached the engine rather than how the server got there.

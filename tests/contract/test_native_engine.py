@@ -218,7 +218,7 @@ def test_a_full_context_stops_with_ctx_full(native_engine):
     prompt = [native_engine.tokenize("a")[0]] * (NATIVE_CTX_TOKENS - 4)
     result, events = run(native_engine, prompt, SamplingParams(temperature=0.0, max_tokens=0))
     assert result.stop_reason == "ctx_full"
-    # Every delivered token but the last is evaluated (engine.md §2 Generation).
+    # Every delivered token but the last is evaluated (docs/ENGINE.md §2 Generation).
     assert len(events) == NATIVE_CTX_TOKENS - len(prompt) + 1
     assert native_engine.position() == NATIVE_CTX_TOKENS
 

@@ -1,4 +1,4 @@
-"""The official ``openai`` Python client against the served fake: http.md §10.2, item by item.
+"""The official ``openai`` Python client against the served fake: docs/HTTP.md §10.2, item by item.
 
 Every assertion goes through the SDK's own parsing (pydantic models, the SSE decoder, the
 exception mapping), so a wire shape the SDK cannot read fails here even when raw JSON looks right.

@@ -1,4 +1,4 @@
-"""Stop strings over streamed content: held in whole tokens, never leaked (http.md §4.3)."""
+"""Stop strings over streamed content: held in whole tokens, never leaked (docs/HTTP.md §4.3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The K3 renderer's rules, written from the text of xtml.md §1–§4, not from its own output.
+"""The K3 renderer's rules, written from the text of docs/XTML.md §1–§4, not from its own output.
 
 The §4 worked examples are copied verbatim in the spec's ⟦⟧ notation and parsed into
 segment lists; the other tables cover rules the upstream goldens may not exercise.

@@ -1,4 +1,4 @@
-"""Image sources to RGB8 pixels with Pillow, under http.md §7's policy.
+"""Image sources to RGB8 pixels with Pillow, under docs/HTTP.md §7's policy.
 
 Base64 data URLs only; http(s) is never fetched (that would let clients aim the server at
 addresses of their choosing); local paths only with --allow-local-images. Pixels stay in

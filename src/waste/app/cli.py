@@ -128,7 +128,7 @@ async def _serve(settings: Settings) -> int:
 
 async def _handle_signals(service: GenerationService, stop: trio.Event, *,
                           task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-    """The first SIGINT/SIGTERM starts the shutdown of http.md §6; a second exits 1 at once."""
+    """The first SIGINT/SIGTERM starts the shutdown of docs/HTTP.md §6; a second exits 1 at once."""
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         task_status.started()
         async for _ in signals:

@@ -212,7 +212,7 @@ class GenerationService:
 
     # -- admission -----------------------------------------------------------------------
     def admit(self, job: Job) -> trio.MemoryReceiveChannel:
-        """Give ``job`` its place (http.md §2.1 step 10); the channel of its events.
+        """Give ``job`` its place (docs/HTTP.md §2.1 step 10); the channel of its events.
 
         Synchronous, and decided once: from here the place is held until ``leave(job)``.
         A request to an idle engine does not wait, so it never counts against ``max_queue``.

@@ -16,7 +16,7 @@ import unicodedata
 from collections import Counter, defaultdict
 from pathlib import Path
 
-# Kimi's pre-tokenizer pattern (engine.md §7): eight branches joined by "|".
+# Kimi's pre-tokenizer pattern (docs/ENGINE.md §7): eight branches joined by "|".
 KIMI_PAT = "|".join(
     [
         r"[\p{Han}]+",

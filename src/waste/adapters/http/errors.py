@@ -1,6 +1,6 @@
 """The one table from exception types to HTTP errors, and the OpenAI error envelope.
 
-Domain errors carry no status; this module is the only place one is chosen (http.md §5).
+Domain errors carry no status; this module is the only place one is chosen (docs/HTTP.md §5).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A streaming response's body generator cannot own what the route reserved: Quart closes the
 body only from ``async with response.response`` inside ``_send_response``, so a body that
 never started (the client left while the headers were going out, or before) is never
-entered, and a never-started async generator runs no ``finally`` (stack-notes pitfall 4).
+entered, and a never-started async generator runs no ``finally`` (docs/STACK.md pitfall 4).
 The ASGI call itself always ends, by return, exception or cancellation, so a ``finally``
 around it is the one place that provably runs. ``hold`` registers a release there.
 """

@@ -1,9 +1,9 @@
 """The two completion routes: validate, plan, admit, and answer blocking or as SSE.
 
-Admission happens once, in the route, before any header (http.md §2.1 step 10), so every
+Admission happens once, in the route, before any header (docs/HTTP.md §2.1 step 10), so every
 refusal is plain JSON. The admitted job's place is then held until the HTTP exchange ends:
 the body generator leaves the queue when it finishes or is closed, and ``exchange.hold``
-covers a body that never started (stack-notes pitfall 4: it would run no ``finally``).
+covers a body that never started (docs/STACK.md pitfall 4: it would run no ``finally``).
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ async def completions(state: ServerState) -> Response:
 
 async def _answer(state: ServerState, job: Job, req, id_prefix: str, chunks_type,
                   build_response) -> Response:
-    """Admission (http.md §2.1 step 10), then a stream or a blocking answer."""
+    """Admission (docs/HTTP.md §2.1 step 10), then a stream or a blocking answer."""
     events = state.service.admit(job)  # decided once; the place is held from here on
     hold(functools.partial(state.service.leave, job))
     ident = new_id(id_prefix)
@@ -166,7 +166,7 @@ async def sse_writes(events: trio.MemoryReceiveChannel,
                      render: Callable[[object], tuple[str, bool]], *, keepalive_s: float,
                      first: str = "") -> AsyncIterator[str]:
     """What one stream writes: ``first``, then each batch of rendered events, until an event
-    renders as done; a late error becomes one SSE event (http.md §4.3).
+    renders as done; a late error becomes one SSE event (docs/HTTP.md §4.3).
 
     A ``: keep-alive`` comment goes out whenever ``keepalive_s`` pass with nothing written,
     measured from the last write: events that write nothing (the job leaving the queue)

@@ -1,4 +1,4 @@
-"""Prometheus text for /metrics (http.md §1): request counters, timings, engine totals."""
+"""Prometheus text for /metrics (docs/HTTP.md §1): request counters, timings, engine totals."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Routes and the request guards of http.md: order of checks, auth, length, CORS, errors.
+"""Routes and the request guards of docs/HTTP.md: order of checks, auth, length, CORS, errors.
 
 ``register(app, state)`` wires everything onto a QuartTrio app. Routes never open their own
 nurseries; the engine worker lives in the app's nursery.
@@ -109,9 +109,9 @@ def _from_werkzeug(err: HTTPException, body_timeout_s: float) -> ApiError:
 
 
 def _guards(state: ServerState):
-    """http.md §2.1 steps 1–3, run before any view."""
+    """docs/HTTP.md §2.1 steps 1–3, run before any view."""
     if "//" in request.scope["path"]:
-        # Paths match exactly (http.md §1). werkzeug would strip leading slashes and merge
+        # Paths match exactly (docs/HTTP.md §1). werkzeug would strip leading slashes and merge
         # (or redirect) the others; no route has an empty segment.
         raise NotFound()
     if request.routing_exception is not None:
@@ -142,7 +142,7 @@ def _raw_header(name: bytes) -> bytes | None:
 
 
 def _check_key(key: str) -> None:
-    """http.md §8: Bearer (scheme in any case) or x-api-key, compared over UTF-8 bytes."""
+    """docs/HTTP.md §8: Bearer (scheme in any case) or x-api-key, compared over UTF-8 bytes."""
     given = _raw_header(b"x-api-key")
     scheme, _, token = (_raw_header(b"authorization") or b"").partition(b" ")
     if scheme.lower() == b"bearer":

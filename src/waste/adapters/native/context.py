@@ -102,7 +102,7 @@ def check_api_version(header: Path = SOURCE_HEADER) -> None:
 
 @attrs.frozen(kw_only=True)
 class MemoryPlan:
-    """What open would allocate, from the manifest alone (``waste_plan``, engine.md §5)."""
+    """What open would allocate, from the manifest alone (``waste_plan``, docs/ENGINE.md §5)."""
 
     trunk_bytes: int
     state_bytes: int

@@ -114,7 +114,7 @@ class ChatJsonFormat:
                     "does not apply",)
         return ()
 
-    # -- request-time capability checks (http.md §2.5) ---------------------------------------
+    # -- request-time capability checks (docs/HTTP.md §2.5) ---------------------------------------
 
     def check_fields(
         self, *, thinking_explicit: bool | None, effort: str | None, tools_nonempty: bool,
@@ -169,7 +169,7 @@ class ChatJsonFormat:
                 "This model's chat format has no image block; image parts cannot be sent to it.",
                 image_param)
 
-    # -- rendering (chatjson.md, "Rendering") ------------------------------------------------
+    # -- rendering (docs/CHATJSON.md, "Rendering") ------------------------------------------------
 
     def render(self, messages: Sequence[dict], *, tools: Sequence[dict] | None = None,
                thinking: bool, effort: str | None = None, image_prompt: str | None = None

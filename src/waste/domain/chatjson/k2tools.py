@@ -1,6 +1,6 @@
 """The Kimi K2 tool protocol: declaring tools, replaying calls and results, reading calls back.
 
-Used by a chat.json format whose tokenizer carries all five K2 tool markers (chatjson.md,
+Used by a chat.json format whose tokenizer carries all five K2 tool markers (docs/CHATJSON.md,
 "The Kimi K2 tool protocol"). It imports nothing from the chat.json module; that module
 imports this one. Template text goes out as markup segments, caller data as plain ones.
 """
@@ -61,7 +61,7 @@ def name_from_call_id(call_id_text: str) -> str | None:
 def parse_call_arguments(arguments: object, *, param: str | None = None) -> str:
     """Validate a request's tool-call arguments and return the text the prompt carries.
 
-    A string is carried verbatim; an unparseable string renders raw (http.md §2.3). An object
+    A string is carried verbatim; an unparseable string renders raw (docs/HTTP.md §2.3). An object
     is written as compact JSON, absent arguments as ``{}``.
 
     Args:
@@ -99,7 +99,7 @@ def render_declaration(tools: Sequence[dict]) -> list[Segment]:
 class CallIds:
     """The K2 ids of the latest assistant turn's calls, so each result answers consistently.
 
-    Every call is given ``functions.NAME:IDX`` by its position in the turn (chatjson.md: IDX
+    Every call is given ``functions.NAME:IDX`` by its position in the turn (docs/CHATJSON.md: IDX
     counts that turn's calls from 0), whatever id the client sent, even one already of that
     form. Ids are then unique within the turn by construction: keeping a client's K2-form id
     (``functions.f:1`` first) beside a rewritten one (``x`` second, also ``functions.f:1``)

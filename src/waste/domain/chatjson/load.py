@@ -20,7 +20,7 @@ PAIR_KEYS = ("system", "user", "assistant", "think")
 STRING_KEYS = ("open", "prelude", "stop", "effort", "image")
 KNOWN_KEYS = frozenset(PAIR_KEYS + STRING_KEYS)
 
-# Marker-looking substrings (chatjson.md, "Validation at load"), each of which must resolve to
+# Marker-looking substrings (docs/CHATJSON.md, "Validation at load"), each of which must resolve to
 # exactly one special token:
 # - "<|" through the nearest following "|>", whatever lies between (spaces, "|", newlines), so
 #   "<|im end|>" and "<|a|b|>" are candidates, not prose. A "<|" that no "|>" closes before
@@ -46,7 +46,7 @@ def marker_strings(text: str) -> list[str]:
 def chat_json_markers(chat_json: dict) -> list[str]:
     """Every distinct marker of a chat.json object, in order of appearance (keys in file order).
 
-    The fake engine builds its specials from this (http.md §9.1).
+    The fake engine builds its specials from this (docs/HTTP.md §9.1).
     """
     seen: dict[str, None] = {}
     for value in chat_json.values():
@@ -65,7 +65,7 @@ def _specials(vocab: Vocabulary, text: str) -> tuple[int, ...]:
     return tuple(i for i in vocab.tokenize_markup(text) if i >= vocab.n_base_vocab)
 
 
-# -- loading (chatjson.md, "Validation at load") ----------------------------------------------
+# -- loading (docs/CHATJSON.md, "Validation at load") ----------------------------------------------
 
 def _parse_object(obj_or_text: dict | str) -> dict:
     if isinstance(obj_or_text, str):

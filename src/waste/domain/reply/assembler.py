@@ -69,7 +69,7 @@ class ReplyAssembler:
         return out
 
     def finish_reason(self, engine_stop_reason: str) -> str:
-        """http.md §3.2: tool_calls, else stop, else length."""
+        """docs/HTTP.md §3.2: tool_calls, else stop, else length."""
         if self.calls:
             return "tool_calls"
         if self.stop_filter.matched is not None or self.reader.done or engine_stop_reason == "token":
@@ -79,7 +79,7 @@ class ReplyAssembler:
         return "stop"
 
     def message(self) -> dict:
-        """The final OpenAI assistant message (http.md §3.1), content cut at a stop string."""
+        """The final OpenAI assistant message (docs/HTTP.md §3.1), content cut at a stop string."""
         return assistant_message("".join(self.content), "".join(self.reasoning), self.calls)
 
     @property

@@ -40,7 +40,7 @@ class Delta:
 
 
 def assistant_message(content: str, reasoning: str, calls: list[ToolCall]) -> dict:
-    """The final OpenAI assistant message (http.md §3.1): ``content`` is null only when it is
+    """The final OpenAI assistant message (docs/HTTP.md §3.1): ``content`` is null only when it is
     empty and calls exist; ``reasoning_content`` and ``tool_calls`` appear only when non-empty."""
     message: dict = {"role": "assistant", "content": None if not content and calls else content}
     if reasoning:

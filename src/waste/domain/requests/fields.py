@@ -1,4 +1,4 @@
-"""Field checks shared by both completion routes (http.md §0, §2.2, §2.6, §7 sources).
+"""Field checks shared by both completion routes (docs/HTTP.md §0, §2.2, §2.6, §7 sources).
 
 Every check reads one field, treats null as absent, and raises `InvalidRequest` with the
 OpenAI-style code and the field's path. An integer is `type(x) is int`: booleans never count,
@@ -210,7 +210,7 @@ def parse_only_one(body: dict, key: str) -> None:
 def parse_include_usage(body: dict, *, stream: bool) -> bool:
     """`stream_options.include_usage`: read and validated only when streaming.
 
-    http.md §2.2 says `stream_options` is ignored unless streaming, so a blocking request's
+    docs/HTTP.md §2.2 says `stream_options` is ignored unless streaming, so a blocking request's
     `stream_options` is not looked at, whatever its shape.
     """
     if not stream:
@@ -244,7 +244,7 @@ def parse_top_logprobs(body: dict) -> None:
 
 
 def image_kind(url: str) -> str:
-    """Classify an image URL by source (http.md §7), without decoding or fetching anything.
+    """Classify an image URL by source (docs/HTTP.md §7), without decoding or fetching anything.
 
     Returns:
         "data" for a `data:` URL; "remote" for http(s) in any case; "local" for `file://` with an

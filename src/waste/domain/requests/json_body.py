@@ -1,4 +1,4 @@
-"""Request bodies: strict UTF-8 JSON objects (http.md §2.1 step 4, §5 `invalid_json`).
+"""Request bodies: strict UTF-8 JSON objects (docs/HTTP.md §2.1 step 4, §5 `invalid_json`).
 
 Python's json accepts NaN/Infinity, nests until the interpreter's recursion limit and lets lone
 surrogate escapes through; each of those would surface later as a 500, so all are refused here.

@@ -1,4 +1,4 @@
-"""Chat messages: validated one at a time and normalised for the renderers (http.md §2.3, §7).
+"""Chat messages: validated one at a time and normalised for the renderers (docs/HTTP.md §2.3, §7).
 
 The output dicts are OpenAI-shaped and hold only what the renderers read: `developer` becomes
 `system`, image parts take one shape, and fields a role does not use are dropped.
@@ -88,7 +88,7 @@ def _parse_message(message: object, i: int, images: list[ImagePart]) -> dict:
             f"{path}.role",
             INVALID_VALUE,
         )
-    # developer is folded into system (xtml.md §5): the encoder itself would skip it silently.
+    # developer is folded into system (docs/XTML.md §5): the encoder itself would skip it silently.
     out: dict = {"role": "system" if role == "developer" else role}
 
     content = message.get("content")
@@ -161,7 +161,7 @@ def _parse_part(part: object, i: int, j: int, role: str, images: list[ImagePart]
 
 
 def _image_url(part: dict, kind: str, path: str) -> tuple[str, str]:
-    """The URL of one of the three image part shapes (http.md §7), with its param path."""
+    """The URL of one of the three image part shapes (docs/HTTP.md §7), with its param path."""
     value = part.get(kind)
     if value is None:
         raise missing(f"{path}.{kind}", "an image part needs a URL")
@@ -199,7 +199,7 @@ def _parse_tool_call(call: object, path: str) -> dict:
     out["type"] = "function"
     function = call.get("function")
     if function is None:
-        # http.md §2.3: a missing `function` is reported on the name it fails to supply.
+        # docs/HTTP.md §2.3: a missing `function` is reported on the name it fails to supply.
         raise missing(f"{path}.function.name", "a tool call needs a function name")
     name = parse_function_name(function, path, "a tool call needs a function name")
     fn_out: dict = {"name": name}
@@ -215,7 +215,7 @@ def _parse_tool_call(call: object, path: str) -> dict:
 
 
 def _check_argument_string(arguments: str, param: str) -> None:
-    """Refuse a string the renderer would choke on; an unparseable one renders raw (xtml.md §3.5).
+    """Refuse a string the renderer would choke on; an unparseable one renders raw (docs/XTML.md §3.5).
 
     The renderer parses with plain `json.loads` (NaN allowed), so the same call decides here.
     """

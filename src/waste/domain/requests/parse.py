@@ -1,4 +1,4 @@
-"""OpenAI request bodies → frozen, validated requests (http.md §2; xtml.md §5 server mapping).
+"""OpenAI request bodies → frozen, validated requests (docs/HTTP.md §2; docs/XTML.md §5 server mapping).
 
 `parse_chat_request` and `parse_completion_request` check fields in the spec's table order and
 raise `InvalidRequest` for the first failure. Unknown fields are ignored whatever their type.
@@ -80,7 +80,7 @@ class ChatRequest(GenerationFields):
             string or object), tool `tool_call_id`. Nothing else.
         tools: the tool objects exactly as given, or None for absent, null or `[]`.
         tool_choice: None, "auto", "none" or "required"; a named function gives "required"
-            (xtml.md §5) and sets `tool_choice_function`.
+            (docs/XTML.md §5) and sets `tool_choice_function`.
         tool_choice_function: the function a named `tool_choice` names (declared in `tools`).
         response_format: None for absent or `{"type":"text"}`; else `{"type"}` plus
             `json_schema` when the client sent one.
@@ -106,13 +106,13 @@ class ChatRequest(GenerationFields):
 
 @attrs.frozen(kw_only=True)
 class CompletionRequest(GenerationFields):
-    """A validated `/v1/completions` request (http.md §2.6); fields as in `ChatRequest`."""
+    """A validated `/v1/completions` request (docs/HTTP.md §2.6); fields as in `ChatRequest`."""
 
     prompt: str
 
 
 def parse_chat_request(body: dict) -> ChatRequest:
-    """Validate a decoded chat body in http.md §2.2 table order.
+    """Validate a decoded chat body in docs/HTTP.md §2.2 table order.
 
     Args:
         body: the object `parse_json_body` returned.
@@ -205,7 +205,7 @@ def parse_tools(value: object) -> tuple[dict, ...] | None:
 def parse_tool_choice(value: object, tools: tuple[dict, ...] | None) -> tuple[str | None, str | None]:
     """`tool_choice` as (choice, function name); every error's param is `tool_choice`.
 
-    A named function becomes ("required", name): xtml.md §5 renders it as `required` plus a
+    A named function becomes ("required", name): docs/XTML.md §5 renders it as `required` plus a
     message naming the function, and the name must be declared in `tools`.
     """
     if value is None:
@@ -264,7 +264,7 @@ def parse_response_format(value: object) -> dict | None:
 
 
 def parse_completion_request(body: dict) -> CompletionRequest:
-    """Validate a decoded `/v1/completions` body (http.md §2.6).
+    """Validate a decoded `/v1/completions` body (docs/HTTP.md §2.6).
 
     Checks `prompt`, then the shared fields in chat order, then `logprobs`, `echo`, `suffix`
     and `best_of`. Fields chat has but §2.6 does not list (`max_completion_tokens`) are ignored.

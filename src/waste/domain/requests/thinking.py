@@ -1,4 +1,4 @@
-"""The thinking request: effort fields and switches (http.md §2.4, xtml.md §5 "Thinking").
+"""The thinking request: effort fields and switches (docs/HTTP.md §2.4, docs/XTML.md §5 "Thinking").
 
 Three effort fields and three boolean switches can each ask for thinking. They must agree;
 `medium` is refused, never replaced by `high`, because K3's encoder asserts it away.
@@ -82,7 +82,7 @@ def _check_effort(param: str, value: object) -> bool:
 
 
 def parse_thinking(body: dict) -> ThinkingChoice:
-    """Read the effort fields, then the switches, in the order of http.md §2.2.
+    """Read the effort fields, then the switches, in the order of docs/HTTP.md §2.2.
 
     Args:
         body: the decoded request object.
@@ -156,7 +156,7 @@ def _agreed_switch(body: dict) -> tuple[str | None, bool | None]:
 
 
 def resolve_thinking(choice: ThinkingChoice, *, default_on: bool) -> tuple[bool, str | None]:
-    """Apply the server default (xtml.md §5 table).
+    """Apply the server default (docs/XTML.md §5 table).
 
     Args:
         choice: what the request asked (`parse_thinking`).

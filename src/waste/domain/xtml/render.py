@@ -1,6 +1,6 @@
 """The Kimi K3 XTML prompt renderer: OpenAI-shaped messages in, tokenizer segments out.
 
-Mirrors the K3 release's ``encoding_k3.py`` (xtml.md §1–§4): structure markers and image
+Mirrors the K3 release's ``encoding_k3.py`` (docs/XTML.md §1–§4): structure markers and image
 prompts are markup segments, everything a user, tool or model wrote is plain, and no segment
 is ever empty or merged with its neighbour.
 """
@@ -65,7 +65,7 @@ TOO_FEW_PROMPTS = "More image placeholders than image prompts."
 
 
 def image_prompt(width: int, height: int) -> str:
-    """The markup K3's vision processor puts where an image goes (xtml.md §3.8).
+    """The markup K3's vision processor puts where an image goes (docs/XTML.md §3.8).
 
     Args:
         width: the decoded image's original width in pixels, before any resize.
@@ -141,7 +141,7 @@ def _render(
     add_generation_prompt: Any,
 ) -> list[Segment]:
     ordered = order_tool_results(copy.deepcopy(list(messages)))
-    for message in ordered:  # arguments are checked before anything else (xtml.md §2)
+    for message in ordered:  # arguments are checked before anything else (docs/XTML.md §2)
         if isinstance(message, dict) and message.get("tool_calls"):
             for entry in message["tool_calls"]:
                 normalise_arguments(call_function(entry).get("arguments"))
@@ -212,7 +212,7 @@ class _Renderer:
     def open(self, tag: str, *attributes: tuple[str, Any]) -> None:
         self.out += markup(OPEN)
         self.out += plain(tag)
-        for key, value in attributes:  # four plain segments, never merged (xtml.md §1 rule 3)
+        for key, value in attributes:  # four plain segments, never merged (docs/XTML.md §1 rule 3)
             self.out += plain(f" {key}")
             self.out += plain('="')
             self.out += plain(_escape(str(value)))

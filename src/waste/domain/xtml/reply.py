@@ -1,7 +1,7 @@
 """The K3 reply parser (the seed's ``regions``): the model's XTML back into an OpenAI message.
 
 Incremental, so deltas stream while the model talks and each tool call goes out once complete.
-Structure comes from marker ids (``feed_token``) or marker strings (``feed``); xtml.md §6.
+Structure comes from marker ids (``feed_token``) or marker strings (``feed``); docs/XTML.md §6.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ _LONGEST_MARKER = max(len(m) for m in STRUCTURE)
 # A header attribute: a run of word characters, '="', the value up to the next '"'.
 _ATTRIBUTE = re.compile(r'(\w+)="([^"]*)"')
 
-# Parser states (xtml.md §6 "States").
+# Parser states (docs/XTML.md §6 "States").
 TOP, THINK, RESPONSE, TOOLS, CALL, ARG, JSON, DONE = (
     "TOP", "THINK", "RESPONSE", "TOOLS", "CALL", "ARG", "JSON", "DONE")
 
@@ -60,7 +60,7 @@ class RegionParser:
     thinking: bool = attrs.field(kw_only=True)
     marker_ids: XtmlMarkerIds | None = attrs.field(default=None, kw_only=True)
     call_id_factory: Callable[[], str] | None = attrs.field(default=None, kw_only=True)
-    # Non-marker tokens fed by id in the THINK region, tag headers excluded (http.md §3.3).
+    # Non-marker tokens fed by id in the THINK region, tag headers excluded (docs/HTTP.md §3.3).
     reasoning_tokens: int = attrs.field(default=0, init=False)
     tool_calls: list[ToolCall] = attrs.field(factory=list, init=False)
     ended_by_marker: bool = attrs.field(default=False, init=False)
@@ -104,7 +104,7 @@ class RegionParser:
         return "".join(self._content)
 
     def message(self) -> dict:
-        """The OpenAI assistant message (http.md §3.1); call after ``finish``."""
+        """The OpenAI assistant message (docs/HTTP.md §3.1); call after ``finish``."""
         return assistant_message(self.content, self.reasoning, self.tool_calls)
 
     # ---- feeding -------------------------------------------------------------------------
@@ -322,7 +322,7 @@ def _attributes(header: str) -> dict[str, str]:
 
 
 def _arguments(elements: list[_Element]) -> str:
-    """The ``arguments`` string of a complete call (xtml.md §6 "Emitting a call")."""
+    """The ``arguments`` string of a complete call (docs/XTML.md §6 "Emitting a call")."""
     raw_json = next((e for e in elements if e.name == "json"), None)
     if raw_json is not None:
         raw = "".join(raw_json.parts)
