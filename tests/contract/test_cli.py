@@ -46,7 +46,8 @@ class CliServer:
             try:
                 line = self.stderr.get(timeout=LINE_WAIT_S)
             except queue.Empty:
-                raise AssertionError(f"the server never logged {text!r}: {self.stderr_seen}")
+                raise AssertionError(
+                    f"the server never logged {text!r}: {self.stderr_seen}") from None
             self.stderr_seen.append(line)
             if text in line:
                 return line

@@ -288,8 +288,8 @@ def test_port_generate_starts_every_prompt_from_a_fresh_state(native_engine):
     prompt = Prompt(ids=tuple(prompt_ids(native_engine)))
     tokens = []
     for _ in range(2):
-        events = []
-        result = native_engine.generate(prompt, GREEDY, lambda e: events.append(e) or False)
+        events: list = []
+        result = native_engine.generate(prompt, GREEDY, events.append)
         tokens.append([e.token for e in events])
         assert result.prompt_tokens == len(prompt.ids) and result.cached_tokens == 0
     assert tokens[0] == tokens[1] and len(tokens[0]) == GREEDY.max_tokens

@@ -104,7 +104,7 @@ def test_pieces_plus_tail_equal_detokenize_when_the_callback_stops(tiny_f32):
         for seed in range(120):
             events = []
 
-            def on_token(event):
+            def on_token(event, events=events):
                 events.append(event)
                 return event.piece == b"" and event.token < n_text   # bytes held back: stop here
 

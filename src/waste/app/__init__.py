@@ -8,6 +8,8 @@ opens anything; the engine opens in the serving lifecycle.
 
 from __future__ import annotations
 
+from typing import Any
+
 from waste.app.factory import app_from_environment, create_app, engine_opener
 from waste.app.settings import Settings, load_settings
 
@@ -18,9 +20,9 @@ class _AppFromEnvironment:
     """ASGI entry point configured from ``WASTE_*`` variables, built on first use."""
 
     def __init__(self) -> None:
-        self._app = None
+        self._app: Any = None
 
-    async def __call__(self, scope, receive, send) -> None:
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if self._app is None:
             self._app = app_from_environment()
         await self._app(scope, receive, send)

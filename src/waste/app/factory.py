@@ -35,12 +35,16 @@ def engine_opener(settings: Settings) -> EngineOpener:
         script = load_script(settings.fake_engine)  # a bad script fails at startup
         return lambda: open_fake_engine(script, ctx_tokens=settings.ctx, vision=settings.vision)
 
+    model = settings.model
+    if model is None:
+        raise ValueError("MODEL is required (a container directory), or pass --fake-engine")
+
     def open_native() -> contextlib.AbstractAsyncContextManager[tuple[Engine, Tokenizer]]:
         # Imported here, not at the top: the cffi extension exists only once libwaste is
         # built, and the fake engine must serve without it.
         from waste.adapters.native import open_native_engine
 
-        return open_native_engine(settings.model, settings)
+        return open_native_engine(model, settings)
 
     return open_native
 

@@ -205,7 +205,8 @@ class GenerationService:
             if not job.cancelled:  # a client that left before its turn: the engine never sees it
                 job.started = True
                 self._notify()
-                await trio.to_thread.run_sync(self._run_job, job, self.trio_token,
+                token = trio.lowlevel.current_trio_token()
+                await trio.to_thread.run_sync(self._run_job, job, token,
                                               limiter=self.engine_limiter)
             self.running = self._waiting.popleft() if self._waiting else None
             self._notify()
@@ -265,7 +266,8 @@ class GenerationService:
         while self._waiting:
             job = self._waiting.popleft()
             job.cancelled = True  # never reaches the engine
-            _deliver(job.send, Failed(ShuttingDown()))
+            if job.send is not None:
+                _deliver(job.send, Failed(ShuttingDown()))
         self._shutdown_requested.set()
         self._notify()
 
@@ -300,6 +302,7 @@ class GenerationService:
     def _run_job(self, job: Job, token: trio.lowlevel.TrioToken) -> None:
         engine = self._engine()
         send = job.send
+        assert send is not None, "admit gave the job its channel"
 
         def deliver(item: object) -> None:
             token.run_sync_soon(_deliver, send, item)

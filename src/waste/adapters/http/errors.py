@@ -5,6 +5,8 @@ Domain errors carry no status; this module is the only place one is chosen (docs
 
 from __future__ import annotations
 
+from typing import cast
+
 import attrs
 
 from waste.domain.ports import EngineError
@@ -45,7 +47,7 @@ _TABLE: list[tuple[type, int, str, str | None, tuple[tuple[str, str], ...]]] = [
     (ShuttingDown, 503, UNAVAILABLE, "shutting_down", (("Retry-After", "5"),)),
 ]
 
-_MESSAGES = {
+_MESSAGES: dict[type, str] = {
     EngineLoading: "The model is still loading; retry shortly.",
     QueueFull: "Too many requests are waiting for the engine; retry later.",
     ShuttingDown: "The server is shutting down.",
@@ -64,7 +66,8 @@ def to_api_error(exc: BaseException) -> ApiError:
             if kind is NoChatFormat:
                 param = None
             message = _MESSAGES.get(kind) or _engine_message(exc) or str(exc)
-            return ApiError(status, code or exc.code, message, type_, param, headers)
+            own = code if code is not None else cast(InvalidRequest, exc).code  # the one None row
+            return ApiError(status, own, message, type_, param, headers)
     return ApiError(500, "internal_error", "The server hit an internal error.", "server_error")
 
 

@@ -10,7 +10,7 @@ around it is the one place that provably runs. ``hold`` registers a release ther
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, cast
 
 from quart import request
 
@@ -40,7 +40,7 @@ def release_when_exchange_ends(asgi_app: ASGIApp) -> ASGIApp:
 
 def hold(release: Callable[[], None]) -> None:
     """Run ``release()`` when the current request's exchange ends (it must be idempotent)."""
-    releases = request.scope.get(_HOLDS)
+    releases = cast("list[Callable[[], None]] | None", request.scope.get(_HOLDS))
     if releases is None:
         raise RuntimeError("the app's asgi_app is not wrapped by release_when_exchange_ends")
     releases.append(release)

@@ -32,8 +32,8 @@ from waste.service import Failed, Finished, Job, Released, Started
 
 
 async def read_json_body() -> dict:
-    raw = await request.get_data(cache=False)
-    return parse_json_body(raw)
+    raw = await request.get_data(cache=False, as_text=False)
+    return parse_json_body(raw if isinstance(raw, bytes) else raw.encode("utf-8"))
 
 
 def _sampling(req, prompt_len: int, ctx: int, default_max: int, stop_ids, param: str):
@@ -71,7 +71,7 @@ async def completions(state: ServerState) -> Response:
     info = state.require_loaded()
     req = parse_completion_request(body)
     state.require_tokenizer("prompt")
-    tokenizer = state.service.tokenizer
+    tokenizer = state.tokenizer
     prompt = await state.call_tokenizer(tokenizer.tokenize, req.prompt)
     if not prompt:
         raise InvalidRequest("prompt must not be empty", "prompt", "invalid_value")
@@ -113,7 +113,7 @@ def _account(state: ServerState, job: Job, done: Finished, queue_ms: float) -> t
     reasoning = None if isinstance(reader, TextReader) else job.assembler.reasoning_tokens
     usage_body = usage(done.prompt_tokens, result.tokens_generated, reasoning)
     waste = waste_object(prompt_tokens=done.prompt_tokens, result=result, queue_ms=queue_ms,
-                         seed=job.params.seed, stats=state.service.engine.statistics(),
+                         seed=job.params.seed, stats=state.engine.statistics(),
                          requests=state.completed_requests)
     return usage_body, waste
 

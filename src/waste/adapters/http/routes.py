@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hmac
 import time
+from typing import Any
 
 import attrs
 from quart import Response, request
@@ -20,6 +21,7 @@ from waste.adapters.http.exchange import release_when_exchange_ends
 from waste.adapters.http.state import ServerState
 from waste.adapters.http.wire import dumps, new_id
 from waste.domain.errors import InvalidRequest
+from waste.domain.ports import ModelInfo
 
 COMPLETION_ROUTES = ("/v1/chat/completions", "/v1/completions")
 _CLOSE = (("Connection", "close"),)
@@ -161,8 +163,9 @@ def _preflight(state: ServerState) -> Response:
 
 
 def _after(state: ServerState, response: Response) -> Response:
-    exact = request.url_rule is not None and "//" not in request.scope["path"]
-    rule = request.url_rule.rule if exact else "other"
+    url_rule = request.url_rule
+    exact = url_rule is not None and "//" not in request.scope["path"]
+    rule = url_rule.rule if url_rule is not None and exact else "other"
     state.metrics.count_request(rule, response.status_code)
     if request.path in COMPLETION_ROUTES and "x-request-id" not in response.headers:
         response.headers["x-request-id"] = new_id("req-")
@@ -195,11 +198,10 @@ async def _health(state: ServerState) -> Response:
         "fake_engine": state.config.fake_engine})
 
 
-def model_object(state: ServerState) -> dict:
-    info = state.info
+def model_object(state: ServerState, info: ModelInfo) -> dict[str, Any]:
     fmt = state.chat_format
     caps = attrs.asdict(fmt.capabilities)
-    stats = state.service.engine.statistics()
+    stats = state.engine.statistics()
     return {
         "id": state.config.model_id, "object": "model",
         "created": int(state.service.opened_at or time.time()), "owned_by": "waste",
@@ -219,21 +221,21 @@ def model_object(state: ServerState) -> dict:
 
 
 async def _models(state: ServerState) -> Response:
-    state.require_loaded()
-    return json_response({"object": "list", "data": [model_object(state)]})
+    info = state.require_loaded()
+    return json_response({"object": "list", "data": [model_object(state, info)]})
 
 
 async def _model(state: ServerState, model_id: str) -> Response:
-    state.require_loaded()
+    info = state.require_loaded()
     if model_id != state.config.model_id:
         raise ApiError(404, "model_not_found", f"The model {model_id!r} does not exist; this "
                        f"server serves {state.config.model_id!r}.", "not_found_error", "model")
-    return json_response(model_object(state))
+    return json_response(model_object(state, info))
 
 
 async def _metrics(state: ServerState) -> Response:
     service = state.service
-    stats = service.engine.statistics() if service.loaded else None
+    stats = state.engine.statistics() if service.loaded else None
     fmt = state.chat_format.name or "none"
     info = {"model": state.config.model_id, "version": waste.__version__,
             "chat_format": fmt}
@@ -263,7 +265,7 @@ async def _tokenize(state: ServerState) -> Response:
     parse_special = _bool_field(body, "parse_special")
     with_pieces = _bool_field(body, "with_pieces")
     state.require_tokenizer("content")
-    tok = state.service.tokenizer
+    tok = state.tokenizer
     ids = await state.call_tokenizer(tok.tokenize_markup if parse_special else tok.tokenize, content)
     if add_special and info.bos_id is not None:
         ids = [info.bos_id] + ids
@@ -295,7 +297,7 @@ async def _detokenize(state: ServerState) -> Response:
             raise InvalidRequest(f"tokens[{i}] = {token} is outside [0, {info.vocab})",
                                  f"tokens[{i}]", "invalid_value")
     state.require_tokenizer("tokens")
-    raw = await state.call_tokenizer(state.service.tokenizer.detokenize, tokens)
+    raw = await state.call_tokenizer(state.tokenizer.detokenize, tokens)
     return json_response({"content": raw.decode("utf-8", errors="replace")})
 
 

@@ -14,7 +14,8 @@ from waste.adapters.http.config import HttpConfig
 from waste.adapters.http.metrics import Metrics
 from waste.domain.chat_format import ChatFormat, NoFormat
 from waste.domain.format_choice import select_chat_format
-from waste.domain.ports import EngineError, ImageDecoder, ModelInfo, Unsupported
+from waste.domain.ports import (Engine, EngineError, ImageDecoder, ModelInfo, Tokenizer,
+                                Unsupported)
 from waste.domain.errors import InvalidRequest
 from waste.domain.segments import Segment
 from waste.service import EngineLoadFailed, EngineLoading, GenerationService, ShuttingDown
@@ -83,6 +84,20 @@ class ServerState:
             raise InvalidRequest(f"{param} cannot be used: {self.no_tokenizer}, so text "
                                  "cannot be tokenized or detokenized; convert the checkpoint "
                                  "with its tokenizer files", param, "invalid_value")
+
+    @property
+    def engine(self) -> Engine:
+        """The open engine (the routes that use it ran ``require_loaded`` first)."""
+        if self.service.engine is None:
+            raise EngineLoading()
+        return self.service.engine
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        """The open tokenizer (the routes that use it ran ``require_loaded`` first)."""
+        if self.service.tokenizer is None:
+            raise EngineLoading()
+        return self.service.tokenizer
 
     @property
     def shutting_down(self) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import secrets
+from typing import Any
 
 from waste.domain.reply.assembler import Output, ReplyAssembler
 from waste.domain.ports import EngineStats, GenerationResult
@@ -110,6 +111,10 @@ class _Chunks:
     def first(self) -> str:
         """What goes out at admission (chat: the role chunk)."""
         return ""
+
+    def _finish(self, finish_reason: str, extra: dict[str, Any]) -> str:
+        """The chunk that carries ``finish_reason`` (each stream kind shapes its own)."""
+        raise NotImplementedError
 
     def final(self, finish_reason: str, waste: dict, usage_body: dict) -> str:
         """The finish chunk (carrying ``waste``), the optional usage chunk, then [DONE]."""

@@ -118,7 +118,7 @@ class ChatJsonFormat:
 
     def check_fields(
         self, *, thinking_explicit: bool | None, effort: str | None, tools_nonempty: bool,
-        tool_choice: str | dict | None, response_format_type: str | None, has_images: bool,
+        tool_choice: str | dict[str, Any] | None, response_format_type: str | None, has_images: bool,
         thinking_param: str = "thinking", effort_param: str = "reasoning_effort",
         image_param: str = "messages",
     ) -> None:
@@ -171,7 +171,7 @@ class ChatJsonFormat:
 
     # -- rendering (docs/CHATJSON.md, "Rendering") ------------------------------------------------
 
-    def render(self, messages: Sequence[dict], *, tools: Sequence[dict] | None = None,
+    def render(self, messages: Sequence[dict[str, Any]], *, tools: Sequence[dict[str, Any]] | None = None,
                thinking: bool, effort: str | None = None, image_prompt: str | None = None
                ) -> list[Segment]:
         """The prompt for ``messages``, ending with ``open`` (the model has the floor).
@@ -209,7 +209,7 @@ class ChatJsonFormat:
                                              image_prompt)
         return segments + markup(self.open)
 
-    def _render_message(self, message: dict, path: str, call_ids: k2tools.CallIds,
+    def _render_message(self, message: dict[str, Any], path: str, call_ids: k2tools.CallIds,
                         image_prompt: str | None) -> list[Segment]:
         role = message.get("role")
         if role == "tool":
@@ -226,7 +226,7 @@ class ChatJsonFormat:
         return [*markup(prefix), *self._content(message.get("content"), path, image_prompt),
                 *markup(suffix)]
 
-    def _render_assistant(self, message: dict, path: str, call_ids: k2tools.CallIds
+    def _render_assistant(self, message: dict[str, Any], path: str, call_ids: k2tools.CallIds
                           ) -> list[Segment]:
         prefix, suffix = self.assistant
         segments = markup(prefix)

@@ -89,7 +89,7 @@ def parse_call_arguments(arguments: object, *, param: str | None = None) -> str:
         "Kimi K2 tool call arguments must be a JSON object or a JSON object string.", param)
 
 
-def render_declaration(tools: Sequence[dict]) -> list[Segment]:
+def render_declaration(tools: Sequence[dict[str, Any]]) -> list[Segment]:
     """The ``tool_declare`` turn: the OpenAI ``tools`` array as compact JSON, key order kept."""
     return [*markup(IM_SYSTEM + "tool_declare" + IM_MIDDLE), *plain(_compact(list(tools))),
             *markup(IM_END)]
@@ -112,7 +112,7 @@ class CallIds:
     _answered: list[bool] = attrs.field(factory=list, init=False)
     _results_seen: int = attrs.field(default=0, init=False)
 
-    def assign(self, calls: Sequence[dict]) -> list[str]:
+    def assign(self, calls: Sequence[dict[str, Any]]) -> list[str]:
         """Start a new assistant turn; return the K2 id of each call, in order."""
         self._client_ids, self._k2_ids, self._results_seen = [], [], 0
         for index, call in enumerate(calls):
@@ -147,7 +147,7 @@ class CallIds:
         return self._k2_ids[index]
 
 
-def render_calls(calls: Sequence[dict], ids: Sequence[str], *, param: str = "messages"
+def render_calls(calls: Sequence[dict[str, Any]], ids: Sequence[str], *, param: str = "messages"
                  ) -> list[Segment]:
     """An assistant turn's call section (after its content, before the assistant suffix).
 

@@ -8,6 +8,8 @@ unknown one would be encoded as prose. The loaded ``ChatJsonFormat`` lives in
 
 from __future__ import annotations
 
+from typing import Any
+
 import json
 import re
 
@@ -43,7 +45,7 @@ def marker_strings(text: str) -> list[str]:
     return _MARKER.findall(text)
 
 
-def chat_json_markers(chat_json: dict) -> list[str]:
+def chat_json_markers(chat_json: dict[str, Any]) -> list[str]:
     """Every distinct marker of a chat.json object, in order of appearance (keys in file order).
 
     The fake engine builds its specials from this (docs/HTTP.md §9.1).
@@ -67,7 +69,7 @@ def _specials(vocab: Vocabulary, text: str) -> tuple[int, ...]:
 
 # -- loading (docs/CHATJSON.md, "Validation at load") ----------------------------------------------
 
-def _parse_object(obj_or_text: dict | str) -> dict:
+def _parse_object(obj_or_text: dict[str, Any] | str) -> dict[str, Any]:
     if isinstance(obj_or_text, str):
         try:
             obj_or_text = json.loads(obj_or_text)
@@ -97,7 +99,7 @@ def _parse_object(obj_or_text: dict | str) -> dict:
     return obj_or_text
 
 
-def _check_markers(obj: dict, vocab: Vocabulary) -> None:
+def _check_markers(obj: dict[str, Any], vocab: Vocabulary) -> None:
     for key, value in obj.items():
         for text in value if isinstance(value, list) else [value]:
             for marker in marker_strings(text):
@@ -110,11 +112,12 @@ def _check_markers(obj: dict, vocab: Vocabulary) -> None:
 def _resolve_k2_tools(vocab: Vocabulary) -> k2tools.ToolMarkerIds | None:
     if any(single_special(vocab, m) is None for m in k2tools.TURN_MARKERS):
         return None
-    ids = [single_special(vocab, m) for m in k2tools.TOOL_MARKERS]
-    return None if None in ids else k2tools.ToolMarkerIds(*ids)
+    found = [single_special(vocab, m) for m in k2tools.TOOL_MARKERS]
+    ids = [i for i in found if i is not None]
+    return k2tools.ToolMarkerIds(*ids) if len(ids) == len(found) else None
 
 
-def load_chat_format(obj_or_text: dict | str, vocab: Vocabulary, *,
+def load_chat_format(obj_or_text: dict[str, Any] | str, vocab: Vocabulary, *,
                      image_placeholder_id: int | None = None) -> ChatJsonFormat:
     """Parse and validate a chat.json against the vocabulary it will be tokenized with.
 
@@ -138,12 +141,13 @@ def load_chat_format(obj_or_text: dict | str, vocab: Vocabulary, *,
         raise ChatFormatError(
             f"chat.json {end_key!r}: {end_text!r} holds no control token, so a generated turn "
             "could never end; give the assistant suffix a control token, or a 'stop'.")
-    think_ids = None
+    think_ids: tuple[int, int] | None = None
     if "think" in obj:
-        think_ids = tuple(single_special(vocab, marker) for marker in obj["think"])
-        if None in think_ids or think_ids[0] == think_ids[1]:
+        opener, closer = (single_special(vocab, marker) for marker in obj["think"])
+        if opener is None or closer is None or opener == closer:
             raise ChatFormatError(f"chat.json 'think': {obj['think']!r} must be two distinct "
                                   "markers, each a single special token.")
+        think_ids = (opener, closer)
     effort = obj.get("effort")
     if effort is not None and effort.count("{}") != 1:
         raise ChatFormatError(f"chat.json 'effort': {effort!r} must hold exactly one '{{}}'.")

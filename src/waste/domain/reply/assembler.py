@@ -7,6 +7,8 @@ output pieces and a stop decision out.
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 
 from waste.domain.ports import TokenEvent
@@ -78,7 +80,7 @@ class ReplyAssembler:
             return "length"
         return "stop"
 
-    def message(self) -> dict:
+    def message(self) -> dict[str, Any]:
         """The final OpenAI assistant message (docs/HTTP.md §3.1), content cut at a stop string."""
         return assistant_message("".join(self.content), "".join(self.reasoning), self.calls)
 

@@ -7,7 +7,7 @@ Every reader — the XTML region parser (``xtml.reply``), the chat.json reader
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 import attrs
 
@@ -20,7 +20,7 @@ class ToolCall:
     name: str
     arguments: str
 
-    def to_openai(self) -> dict:
+    def to_openai(self) -> dict[str, Any]:
         return {"id": self.id, "type": "function",
                 "function": {"name": self.name, "arguments": self.arguments}}
 
@@ -39,10 +39,10 @@ class Delta:
     index: int = 0
 
 
-def assistant_message(content: str, reasoning: str, calls: list[ToolCall]) -> dict:
+def assistant_message(content: str, reasoning: str, calls: list[ToolCall]) -> dict[str, Any]:
     """The final OpenAI assistant message (docs/HTTP.md §3.1): ``content`` is null only when it is
     empty and calls exist; ``reasoning_content`` and ``tool_calls`` appear only when non-empty."""
-    message: dict = {"role": "assistant", "content": None if not content and calls else content}
+    message: dict[str, Any] = {"role": "assistant", "content": None if not content and calls else content}
     if reasoning:
         message["reasoning_content"] = reasoning
     if calls:

@@ -21,7 +21,7 @@ class TextReader:
         factory=lambda: codecs.getincrementaldecoder("utf-8")(errors="replace"))
     done: bool = False
     reasoning: str = ""
-    tool_calls: tuple = ()
+    tool_calls: tuple[object, ...] = ()
     reasoning_tokens: int = 0
 
     def feed_token(self, token_id: int, piece: bytes | str) -> list[Delta]:

@@ -6,6 +6,8 @@ The output dicts are OpenAI-shaped and hold only what the renderers read: `devel
 
 from __future__ import annotations
 
+from typing import Any
+
 import json
 
 import attrs
@@ -50,7 +52,7 @@ class ImagePart:
         return f"messages[{self.message_index}].content[{self.part_index}]"
 
 
-def parse_messages(value: object) -> tuple[tuple[dict, ...], tuple[ImagePart, ...]]:
+def parse_messages(value: object) -> tuple[tuple[dict[str, Any], ...], tuple[ImagePart, ...]]:
     """Validate `messages` and normalise each one.
 
     Args:
@@ -73,7 +75,7 @@ def parse_messages(value: object) -> tuple[tuple[dict, ...], tuple[ImagePart, ..
     return messages, tuple(images)
 
 
-def _parse_message(message: object, i: int, images: list[ImagePart]) -> dict:
+def _parse_message(message: object, i: int, images: list[ImagePart]) -> dict[str, Any]:
     path = f"messages[{i}]"
     if type(message) is not dict:
         raise wrong_type(path, "an object", message)
@@ -89,7 +91,7 @@ def _parse_message(message: object, i: int, images: list[ImagePart]) -> dict:
             INVALID_VALUE,
         )
     # developer is folded into system (docs/XTML.md §5): the encoder itself would skip it silently.
-    out: dict = {"role": "system" if role == "developer" else role}
+    out: dict[str, Any] = {"role": "system" if role == "developer" else role}
 
     content = message.get("content")
     if content is None:
@@ -122,7 +124,7 @@ def _parse_message(message: object, i: int, images: list[ImagePart]) -> dict:
     return out
 
 
-def _parse_part(part: object, i: int, j: int, role: str, images: list[ImagePart]) -> dict:
+def _parse_part(part: object, i: int, j: int, role: str, images: list[ImagePart]) -> dict[str, Any]:
     path = f"messages[{i}].content[{j}]"
     if type(part) is not dict:
         raise wrong_type(path, "an object (a content part)", part)
@@ -160,7 +162,7 @@ def _parse_part(part: object, i: int, j: int, role: str, images: list[ImagePart]
     )
 
 
-def _image_url(part: dict, kind: str, path: str) -> tuple[str, str]:
+def _image_url(part: dict[str, Any], kind: str, path: str) -> tuple[str, str]:
     """The URL of one of the three image part shapes (docs/HTTP.md §7), with its param path."""
     value = part.get(kind)
     if value is None:
@@ -178,16 +180,16 @@ def _image_url(part: dict, kind: str, path: str) -> tuple[str, str]:
     raise wrong_type(f"{path}.{kind}", expected, value)
 
 
-def _parse_tool_calls(calls: object, path: str) -> list[dict]:
+def _parse_tool_calls(calls: object, path: str) -> list[dict[str, Any]]:
     if type(calls) is not list:
         raise wrong_type(path, "an array of tool calls", calls)
     return [_parse_tool_call(call, f"{path}[{j}]") for j, call in enumerate(calls)]
 
 
-def _parse_tool_call(call: object, path: str) -> dict:
+def _parse_tool_call(call: object, path: str) -> dict[str, Any]:
     if type(call) is not dict:
         raise wrong_type(path, "an object (a tool call)", call)
-    out: dict = {}
+    out: dict[str, Any] = {}
     call_id = optional_str(call, "id", f"{path}.id")
     if call_id is not None:
         out["id"] = call_id
@@ -202,7 +204,7 @@ def _parse_tool_call(call: object, path: str) -> dict:
         # docs/HTTP.md §2.3: a missing `function` is reported on the name it fails to supply.
         raise missing(f"{path}.function.name", "a tool call needs a function name")
     name = parse_function_name(function, path, "a tool call needs a function name")
-    fn_out: dict = {"name": name}
+    fn_out: dict[str, Any] = {"name": name}
     arguments = function.get("arguments")
     if arguments is not None:
         if type(arguments) is str:

@@ -6,6 +6,8 @@ raise `InvalidRequest` for the first failure. Unknown fields are ignored whateve
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 
 from waste.domain.errors import InvalidRequest
@@ -95,11 +97,11 @@ class ChatRequest(GenerationFields):
         image_parts: every image part in message order, for decoding after the format checks.
     """
 
-    messages: tuple[dict, ...]
-    tools: tuple[dict, ...] | None = None
+    messages: tuple[dict[str, Any], ...]
+    tools: tuple[dict[str, Any], ...] | None = None
     tool_choice: str | None = None
     tool_choice_function: str | None = None
-    response_format: dict | None = None
+    response_format: dict[str, Any] | None = None
     thinking: ThinkingChoice = ThinkingChoice()
     image_parts: tuple[ImagePart, ...] = ()
 
@@ -111,7 +113,7 @@ class CompletionRequest(GenerationFields):
     prompt: str
 
 
-def parse_chat_request(body: dict) -> ChatRequest:
+def parse_chat_request(body: dict[str, Any]) -> ChatRequest:
     """Validate a decoded chat body in docs/HTTP.md §2.2 table order.
 
     Args:
@@ -161,7 +163,7 @@ def parse_chat_request(body: dict) -> ChatRequest:
     )
 
 
-def _refuse_legacy_functions(body: dict) -> None:
+def _refuse_legacy_functions(body: dict[str, Any]) -> None:
     """`functions` / `function_call`, OpenAI's deprecated tool fields: refused, never ignored."""
     for key in ("functions", "function_call"):
         if body.get(key) is not None:
@@ -172,7 +174,7 @@ def _refuse_legacy_functions(body: dict) -> None:
             )
 
 
-def parse_tools(value: object) -> tuple[dict, ...] | None:
+def parse_tools(value: object) -> tuple[dict[str, Any], ...] | None:
     """`tools`: function tools, passed through whole; None for absent, null or `[]`."""
     if value is None:
         return None
@@ -202,7 +204,7 @@ def parse_tools(value: object) -> tuple[dict, ...] | None:
     return tuple(value) or None
 
 
-def parse_tool_choice(value: object, tools: tuple[dict, ...] | None) -> tuple[str | None, str | None]:
+def parse_tool_choice(value: object, tools: tuple[dict[str, Any], ...] | None) -> tuple[str | None, str | None]:
     """`tool_choice` as (choice, function name); every error's param is `tool_choice`.
 
     A named function becomes ("required", name): docs/XTML.md §5 renders it as `required` plus a
@@ -238,7 +240,7 @@ def parse_tool_choice(value: object, tools: tuple[dict, ...] | None) -> tuple[st
     return "required", name
 
 
-def parse_response_format(value: object) -> dict | None:
+def parse_response_format(value: object) -> dict[str, Any] | None:
     """`response_format`: None for absent or `text`; else `{"type"}` (+ `json_schema`)."""
     if value is None:
         return None
@@ -263,7 +265,7 @@ def parse_response_format(value: object) -> dict | None:
     return {"type": kind}
 
 
-def parse_completion_request(body: dict) -> CompletionRequest:
+def parse_completion_request(body: dict[str, Any]) -> CompletionRequest:
     """Validate a decoded `/v1/completions` body (docs/HTTP.md §2.6).
 
     Checks `prompt`, then the shared fields in chat order, then `logprobs`, `echo`, `suffix`

@@ -6,7 +6,7 @@ response formats); images only when the model has a vision tower (docs/XTML.md ย
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import attrs
 
@@ -18,7 +18,7 @@ from waste.domain.xtml.render import image_prompt, render_segments
 from waste.domain.xtml.reply import RegionParser
 
 
-def named_tool_message(name: str) -> dict:
+def named_tool_message(name: str) -> dict[str, Any]:
     """The system message a named-function tool_choice appends (docs/XTML.md ยง5)."""
     return {"role": "system",
             "content": f"The next message must call the tool `{name}`; call no other tool."}

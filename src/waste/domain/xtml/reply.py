@@ -11,7 +11,7 @@ import json
 import math
 import re
 import secrets
-from typing import Callable
+from typing import Any, Callable
 
 import attrs
 
@@ -103,7 +103,7 @@ class RegionParser:
         """The content read so far (never stripped)."""
         return "".join(self._content)
 
-    def message(self) -> dict:
+    def message(self) -> dict[str, Any]:
         """The OpenAI assistant message (docs/HTTP.md §3.1); call after ``finish``."""
         return assistant_message(self.content, self.reasoning, self.tool_calls)
 
@@ -328,7 +328,7 @@ def _arguments(elements: list[_Element]) -> str:
         raw = "".join(raw_json.parts)
         decoded, value = _strict_json(raw)
         return _dumps(value) if decoded and isinstance(value, dict) else raw
-    obj: dict = {}
+    obj: dict[str, Any] = {}
     for element in elements:
         key = element.attributes.get("key")
         if key is None:
