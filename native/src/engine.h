@@ -157,11 +157,4 @@ void ws_seed(ws_rng *r, uint64_t seed);
 double ws_uniform(ws_rng *r);
 int32_t ws_sample(waste_ctx *ctx, const float *logits, uint32_t n, const waste_gen_params *p, ws_rng *r, float *logprob);
 
-/* memory accounting (api.c): every engine allocation that scales with the model */
-void wx_mem_add(waste_ctx *ctx, uint64_t bytes);
-void wx_mem_sub(waste_ctx *ctx, uint64_t bytes);
-
-/* ctx error helper */
-void wx_err(waste_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
 #endif

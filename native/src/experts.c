@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "context.h"
 #include "engine.h"
 
 /* ==== allocation =================================================================== */

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "engine.h"
+#include "sysinfo.h"
 
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
 #define MAX(a, b) ((a) > (b) ? (a) : (b))
@@ -107,7 +108,7 @@ int32_t wm_sizing_compute(const wc_container *c, uint32_t ctx_tokens, uint32_t c
     /* floor + 3·WS may exceed u64 only when it exceeds all_cached too: saturate, min() wins. */
     int wide = 0;
     s->recommended = MIN(cadd(s->floor, cmul(3, s->working_set, &wide), &wide), all_cached);
-    s->usable = waste_usable_ram();
+    s->usable = wsys_usable_ram();
     uint64_t three_q = s->usable / 4 * 3;
     s->auto_budget = MAX(s->floor, MIN(three_q, s->recommended));
     if (budget_cfg == 0) {
