@@ -25,7 +25,7 @@ typedef struct {
     const float *router_bias;
 } wm_layer;
 
-/* Expert slots (engine.md §5). The per-slot arrays and the (bank, expert) tables are all
+/* Expert slots (docs/ENGINE.md §5). The per-slot arrays and the (bank, expert) tables are all
  * sized for every expert of the container (n_all), so their bytes are a fixed part of the
  * plan's state and the budget holds exactly; only n_slots of the slot entries are used. */
 typedef struct {

@@ -49,7 +49,7 @@ void wu_write_u64le(uint8_t *p, uint64_t v);
 void wu_write_u32le(uint8_t *p, uint32_t v);
 void *wu_aligned_alloc(uint64_t align, uint64_t size); /* zeroed; free with free() */
 
-/* ---- numerics.c: the engine's own transcendentals (engine.md §4.3) --------------- */
+/* ---- numerics.c: the engine's own transcendentals (docs/ENGINE.md §4.3) ---------- */
 double wn_exp(double x);
 double wn_log(double x);
 float wn_expf(float x);   /* (float)wn_exp(x) */

@@ -1,4 +1,4 @@
-/* model.c — the kimi_linear forward pass (engine.md §4.1): binding tensors by canonical
+/* model.c — the kimi_linear forward pass (docs/ENGINE.md §4.1): binding tensors by canonical
  * name, memory sizing (§5), state, and evaluation of a chunk of tokens.
  *
  * A chunk runs layer-major: for each layer the mixer walks the chunk's tokens in order
@@ -20,7 +20,7 @@
 #define MAX(a, b) ((a) > (b) ? (a) : (b))
 
 /* ==== sizing ======================================================================= */
-/* Overflow-checked u64 arithmetic (engine.md §3): each helper records the first overflow
+/* Overflow-checked u64 arithmetic (docs/ENGINE.md §3): each helper records the first overflow
  * in *ovf (the value then saturates), and the caller names the quantity that overflowed. */
 static uint64_t cmul(uint64_t a, uint64_t b, int *ovf) { uint64_t r; if (!wu_mul(a, b, &r)) { *ovf = 1; return UINT64_MAX; } return r; }
 static uint64_t cadd(uint64_t a, uint64_t b, int *ovf) { uint64_t r; if (!wu_add(a, b, &r)) { *ovf = 1; return UINT64_MAX; } return r; }
