@@ -1,5 +1,7 @@
-/* engine.h — the context and the components that work on it: model binding and forward
- * pass (model.c), the expert store (experts.c), the sampler (sampler.c). Not public. */
+/* engine.h — the context (struct waste_ctx) and the components that work on it: model
+ * binding and forward pass (model.c), the expert store (experts.c), the hotlist
+ * (hotlist.c), the sampler (sampler.c). Not public. Their shared utilities (error detail,
+ * memory accounting, busy guard) are in context.h. */
 #ifndef WASTE_ENGINE_H
 #define WASTE_ENGINE_H
 
