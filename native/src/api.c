@@ -228,7 +228,6 @@ static int32_t check_eval(waste_ctx *ctx, const int32_t *ids, uint64_t n) {
     return WASTE_OK;
 }
 
-
 WASTE_API int32_t waste_eval(waste_ctx *ctx, const int32_t *ids, uint64_t n, float *logits, uint64_t cap) {
     WX_ENTER(ctx);
     int32_t st = check_eval(ctx, ids, n);

@@ -97,7 +97,6 @@ static int32_t make_piece(waste_ctx *ctx, piece_state *ps, int32_t tok, int flus
     return WASTE_OK;
 }
 
-
 /* ==== generation =================================================================== */
 int32_t wg_generate(waste_ctx *ctx, const int32_t *prompt, uint64_t n, const waste_gen_params *params,
                     waste_token_cb cb, void *user, waste_gen_result *res) {
