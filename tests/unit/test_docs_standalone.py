@@ -7,8 +7,8 @@ Two rules, each reported as ``path:line: text`` for every offence:
    docs/XTML.md, docs/CHATJSON.md, docs/STACK.md.
 2. Every relative link in a tracked markdown file points at a file or directory that exists.
 
-The first rule runs once per area of the tree (``-k docs``, ``-k src`` … select one), so an
-area's owner can check it alone. The forbidden names are built from pieces so that this file
+The first rule runs once per area of the tree (``-k in_docs``, ``-k in_src`` … select one),
+so an area's owner can check it alone. The forbidden names are built from pieces so that this file
 does not match itself.
 """
 
@@ -86,7 +86,7 @@ def broken_links(path: Path, shown_as: str, root: Path) -> list[str]:
     return problems
 
 
-@pytest.mark.parametrize("area", AREAS)
+@pytest.mark.parametrize("area", AREAS, ids=lambda a: "in_" + a.replace(".", "_"))
 def test_no_tracked_file_cites_a_document_outside_the_repository(area):
     offences = []
     for rel in tracked_files():
