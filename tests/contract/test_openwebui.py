@@ -1,4 +1,4 @@
-"""Open-WebUI's real traffic replayed against the served fake (docs/HTTP.md §10.1, SERVE.md).
+"""Open-WebUI's real traffic replayed against the served fake (docs/HTTP.md §10.1).
 
 The fixtures under ``fixtures/openwebui/`` are the requests Open-WebUI 0.6–0.12 sends: the model
 probe, a UI chat carrying its 28 builtin tool schemas (~20 KB), the native function-calling
