@@ -41,7 +41,8 @@ lint: setup
 
 # Every test, after the static gates. pytest's exit code 5 (no tests collected) is a failure
 # here, said out loud.
-test: setup lint
+test: setup
+	$(MAKE) --no-print-directory lint
 	WASTE_REQUIRE_ORACLE=1 $(PY) -m pytest -q; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "FAIL: pytest collected no tests"; exit 1; fi; exit $$rc
 
