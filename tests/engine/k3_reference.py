@@ -339,3 +339,49 @@ def build(cfg: dict, seed: int) -> K3Reference:
 
 
 __all__ = ["K3Reference", "build", "hf_state_dict", "save_checkpoint", "situ"]
+
+
+# ==== the K3 release layout =============================================================
+XTML_TOKENS = ("[BOS]", "[EOS]", "<|open|>", "<|sep|>", "<|close|>", "<|end_of_msg|>", "<|media_begin|>",
+               "<|media_content|>", "<|media_pad|>", "<|media_end|>", "<|kimi_image_placeholder|>")
+
+
+def write_xtml_tokenizer(out: Path, vocab: int) -> None:
+    """``tiktoken.model`` + ``tokenizer_config.json`` whose specials are K3's XTML markers."""
+    import base64
+
+    from tests.engine.tiny import synthetic_ranks
+
+    n_base = vocab - len(XTML_TOKENS)
+    lines = [base64.b64encode(t).decode() + f" {i}" for i, t in enumerate(synthetic_ranks(n_base))]
+    (out / "tiktoken.model").write_text("\n".join(lines) + "\n")
+    dec = {str(n_base + i): {"content": s, "special": True} for i, s in enumerate(XTML_TOKENS)}
+    (out / "tokenizer_config.json").write_text(json.dumps({"added_tokens_decoder": dec}))
+
+
+def save_release(model: K3Reference, out: Path, a_log_shape: str = "pad:16", shards: int = 2,
+                 vision: bool = True, tokenizer: bool = True) -> Path:
+    """The K3 release layout: config.json ``model_type: kimi_k3`` with the text model under
+    ``text_config``, tensors under ``language_model.``, ``shards`` safetensors files + the
+    index, a few vision-tower tensors, and (``tokenizer``) an XTML tiktoken tokenizer."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = {"model_type": "kimi_k3", "architectures": ["KimiK3ForConditionalGeneration"],
+           "text_config": {"model_type": "kimi_linear", **model.cfg},
+           "vision_config": {"model_type": "moonvit", "hidden_size": 8}}
+    (out / "config.json").write_text(json.dumps(cfg, indent=1))
+    tensors = {"language_model." + k: v for k, v in hf_state_dict(model, a_log_shape).items()}
+    if vision:
+        tensors["vision_tower.patch_embed.proj.weight"] = np.ones((8, 3, 2, 2), "f4")
+        tensors["mm_projector.linear_1.weight"] = np.ones((model.cfg["hidden_size"], 8), "f4")
+    names = sorted(tensors)
+    weight_map = {}
+    for s in range(shards):
+        file = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
+        part = {n: tensors[n] for n in names[s::shards]}
+        write_safetensors(out / file, part)
+        weight_map.update({n: file for n in part})
+    (out / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    if tokenizer:
+        write_xtml_tokenizer(out, model.cfg["vocab_size"])
+    return out

@@ -206,6 +206,28 @@ def _a_log(a: np.ndarray, heads: int, src: str) -> np.ndarray:
     raise ConvertError(f"tensor {src}: {flat.size} values for {heads} heads (a longer vector needs an all-zero tail)")
 
 
+# ==== chat format =======================================================================
+# XTML (K3) is chosen by the server itself when the tokenizer holds these markers as single
+# specials; Kimi-Linear's turn markers get a chat.json, written from the checkpoint's own
+# tokenizer_config.json specials (docs/CHATJSON.md), so synth → convert → serve answers chat.
+XTML_MARKERS = ("<|open|>", "<|sep|>", "<|close|>", "<|end_of_msg|>")
+KIMI_LINEAR_MARKERS = ("<|im_system|>", "<|im_user|>", "<|im_assistant|>", "<|im_middle|>", "<|im_end|>")
+KIMI_LINEAR_CHAT = {"system": ["<|im_system|>system<|im_middle|>", "<|im_end|>"],
+                    "user": ["<|im_user|>user<|im_middle|>", "<|im_end|>"],
+                    "assistant": ["<|im_assistant|>assistant<|im_middle|>", "<|im_end|>"],
+                    "open": "<|im_assistant|>assistant<|im_middle|>"}
+
+
+def chat_format(specials: list[tuple[int, str]]) -> tuple[str, dict | None]:
+    """("xtml", None), ("kimi-linear", chat.json object) or ("none", None) from the specials."""
+    texts = {t for _, t in specials}
+    if all(m in texts for m in XTML_MARKERS):
+        return "xtml", None
+    if all(m in texts for m in KIMI_LINEAR_MARKERS):
+        return "kimi-linear", dict(KIMI_LINEAR_CHAT)
+    return "none", None
+
+
 # ==== driver ============================================================================
 class _Formats:
     """The on-disk format of each matrix: ``source`` keeps bf16 as bf16, everything else f32."""
@@ -294,6 +316,12 @@ def convert(hf_dir: str | Path, out: str | Path, *, trunk: str = "source", exper
         e_fmt = _write(w, st, formats, trunk_plan, bank_plan)
         if tok is not None:
             w.set_tokenizer(*tok)
+            kind, chat = chat_format(tok[1])
+            if chat is not None:
+                w.set_chat(chat)
+            elif kind == "none" and note is not None:
+                note("the tokenizer has neither the XTML markers nor Kimi-Linear's turn markers: no chat "
+                     "format (the server answers completions only, until a chat.json is added)")
         t_fmt = formats.resolve(trunk, prefix + "lm_head.weight")
         quant = {"trunk": t_fmt, "experts": e_fmt or "none",
                  "group": group if "int8" in (t_fmt, e_fmt) else 0}
