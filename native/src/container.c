@@ -686,6 +686,18 @@ int32_t wc_read_record(const wc_container *c, const wc_bank *b, uint32_t e, uint
             return WASTE_E_IO;
         }
     }
+    /* E8M0 byte 255 is NaN: refused for every read, verify or not (docs/FORMAT.md §2). */
+    if (b->fmt == WF_MXFP4) {
+        static const char *const mat[3] = {"gate", "up", "down"};
+        for (int m = 0; m < 3; m++) {
+            uint32_t row, group;
+            if (wk_mxfp4_find_nan_scale(buf + REC_HEADER + b->block_off[m], b->rows[m], b->cols[m], &row, &group)) {
+                wu_errf(err, cap, "%s: expert %u of layer %u: mxfp4 scale byte 255 (NaN) in %s row %u group %u", b->path, e,
+                        b->layer, mat[m], row, group);
+                return WASTE_E_FORMAT;
+            }
+        }
+    }
     return WASTE_OK;
 }
 

@@ -101,6 +101,8 @@ typedef struct {
     float (*dot_f32)(const float *w, const float *x, uint32_t n);
     float (*dot_bf16)(const uint16_t *w, const float *x, uint32_t n);
     float (*dot_int8)(const uint8_t *row, const float *x, uint32_t n, uint32_t group);
+    float (*dot_int4)(const uint8_t *row, const float *x, uint32_t n, uint32_t group);
+    float (*dot_mxfp4)(const uint8_t *row, const float *x, uint32_t n);   /* group 32 */
 } wk_kernels;
 /* The kernel set for cfg.kernels (WASTE_KERNELS_*); NULL when the CPU or the build lacks
  * the named set, *why (when not NULL) then says which feature is missing. */
@@ -114,6 +116,16 @@ float wk_reduce16(float acc[16]);
 float wk_dot_f32_generic(const float *w, const float *x, uint32_t n);
 float wk_dot_bf16_generic(const uint16_t *w, const float *x, uint32_t n);
 float wk_dot_int8_generic(const uint8_t *row, const float *x, uint32_t n, uint32_t group);
+float wk_dot_int4_generic(const uint8_t *row, const float *x, uint32_t n, uint32_t group);
+float wk_dot_mxfp4_generic(const uint8_t *row, const float *x, uint32_t n);
+/* MXFP4 decoding (docs/FORMAT.md §2): E2M1 value of a nibble; twice it as an integer;
+ * the E8M0 scale 2^(e−127) and its half 2^(e−128) (NaN for e = 255). */
+float wk_e2m1(uint8_t nibble);
+extern const int8_t wk_e2m1x2[16];
+float wk_e8m0(uint8_t e);
+float wk_e8m0_half(uint8_t e);
+/* The first (row, group) of an mxfp4 matrix whose E8M0 scale byte is 255; 0 if none. */
+int wk_mxfp4_find_nan_scale(const uint8_t *data, uint32_t rows, uint32_t cols, uint32_t *row, uint32_t *group);
 extern const wk_kernels wk_avx2_kernels;
 extern const wk_kernels wk_avx512_kernels;
 

@@ -154,8 +154,8 @@ static int32_t bind_mat(waste_ctx *ctx, wm_mat *m, const char *name, uint64_t ro
         wu_errf(err, cap, "manifest.json: tensor %s must have shape [%llu, %llu]", name, (unsigned long long)rows, (unsigned long long)cols);
         return WASTE_E_FORMAT;
     }
-    if (t->fmt != WF_F32 && t->fmt != WF_BF16 && t->fmt != WF_INT8) {
-        wu_errf(err, cap, "tensor %s: format %s is not supported by this engine yet", name, wf_name(t->fmt));
+    if (t->fmt != WF_F32 && t->fmt != WF_BF16 && t->fmt != WF_INT8 && t->fmt != WF_INT4) {
+        wu_errf(err, cap, "tensor %s: format %s is supported for routed experts only", name, wf_name(t->fmt));
         return WASTE_E_UNSUPPORTED;
     }
     /* Defensive: the manifest check keeps every tensor but the embedding resident. */
@@ -193,8 +193,8 @@ int32_t wm_bind(waste_ctx *ctx, char *err, uint64_t cap) {
         wu_errf(err, cap, "manifest.json: tensor embed must have shape [%llu, %llu]", (unsigned long long)V, (unsigned long long)H);
         return WASTE_E_FORMAT;
     }
-    if (e->fmt != WF_F32 && e->fmt != WF_BF16 && e->fmt != WF_INT8) {
-        wu_errf(err, cap, "tensor embed: format %s is not supported by this engine yet", wf_name(e->fmt)); return WASTE_E_UNSUPPORTED;
+    if (e->fmt != WF_F32 && e->fmt != WF_BF16 && e->fmt != WF_INT8 && e->fmt != WF_INT4) {
+        wu_errf(err, cap, "tensor embed: format %s is supported for routed experts only", wf_name(e->fmt)); return WASTE_E_UNSUPPORTED;
     }
     ctx->embed = e;
     B(bind_vec(ctx, &ctx->final_norm, "final_norm", H, 0, err, cap));
@@ -272,11 +272,6 @@ int32_t wm_bind(waste_ctx *ctx, char *err, uint64_t cap) {
                 B(bind_mat(ctx, &L->up, NM("moe.shared_up"), w, H, err, cap));
                 B(bind_mat(ctx, &L->down, NM("moe.shared_down"), H, w, err, cap));
                 L->has_ffn = 1;
-            }
-            const wc_bank *bk = &ctx->c.banks[L->bank];
-            if (bk->fmt != WF_F32 && bk->fmt != WF_BF16 && bk->fmt != WF_INT8) {
-                wu_errf(err, cap, "%s: expert format %s is not supported by this engine yet", bk->path, wf_name(bk->fmt));
-                return WASTE_E_UNSUPPORTED;
             }
         }
     }

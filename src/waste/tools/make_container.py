@@ -81,7 +81,7 @@ class Geometry:
     qk_rope: int = attrs.field(default=8, validator=_positive)
     v_head: int = attrs.field(default=16, validator=_positive)
     vocab_merges: int = attrs.field(default=240, validator=attrs.validators.ge(0))
-    dtype: str = attrs.field(default="f32", validator=attrs.validators.in_(("f32", "bf16", "int8")))
+    dtype: str = attrs.field(default="f32", validator=attrs.validators.in_(("f32", "bf16", "int8", "int4")))
     group: int = attrs.field(default=32, validator=attrs.validators.in_((32, 128)))
 
     def __attrs_post_init__(self) -> None:
@@ -211,12 +211,12 @@ def random_tensor(seed: int, name: str, shape: tuple[int, ...], kind: str) -> np
 
 
 def _matrix_format(name: str, shape: tuple[int, ...], g: Geometry) -> tuple[str, int]:
-    if g.dtype != "int8":
+    if g.dtype not in ("int8", "int4"):
         return g.dtype, 0
     if shape[-1] % g.group:
-        raise ContainerError(f"--dtype int8: tensor {name} has {shape[-1]} columns, not a multiple "
+        raise ContainerError(f"--dtype {g.dtype}: tensor {name} has {shape[-1]} columns, not a multiple "
                              f"of the group {g.group}; change the geometry or --group")
-    return "int8", g.group
+    return g.dtype, g.group
 
 
 def build_container(out: str | Path, *, seed: int = 0, geometry: Geometry | None = None,
@@ -259,7 +259,7 @@ def build_container(out: str | Path, *, seed: int = 0, geometry: Geometry | None
                              special_ids)
         if chat is not None:
             writer.set_chat(chat)
-        quant = {"trunk": g.dtype, "experts": g.dtype, "group": g.group if g.dtype == "int8" else 0}
+        quant = {"trunk": g.dtype, "experts": g.dtype, "group": g.group if g.dtype in ("int8", "int4") else 0}
         return writer.finish("kimi_linear", cfg, quant)
     except BaseException:
         writer.abandon()
@@ -302,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--chat-json", choices=CHAT_FORMATS, default="xtml")
     ap.add_argument("--overwrite", action="store_true")
-    ap.add_argument("--dtype", choices=("f32", "bf16", "int8"), default="f32")
+    ap.add_argument("--dtype", choices=("f32", "bf16", "int8", "int4"), default="f32")
     ap.add_argument("--group", type=int, choices=(32, 128), default=32)
     add_geometry_flags(ap)
     args = ap.parse_args(argv)
