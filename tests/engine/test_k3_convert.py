@@ -215,3 +215,40 @@ def test_synth_then_convert_serves_chat_with_no_hand_copied_file(tmp_path, libwa
     with NativeEngine.open(out, NativeOptions(usage_path="")) as engine:
         sel = select_chat_format(engine, (out / "chat.json").read_text())
         assert sel.kind == "chat.json", sel.error
+
+
+# ---- --plan from a config.json alone ----------------------------------------------------------
+def test_config_only_plan_equals_the_converted_containers(release, tiny_dir):
+    """The manifest plan_config writes from config.json alone is the converter's (every
+    tensor's name, shape, format and length; every bank's record size), so libwaste plans it
+    identically, and the Python parameter count is the engine's."""
+    from waste.adapters.native import NativeOptions, plan_memory
+    from waste.tools.plan_config import params, plannable
+
+    _, rel, out, _, _ = release
+    real = json.loads((out / "manifest.json").read_text())
+    options = NativeOptions(usage_path="", ctx_tokens=256)
+    with plannable(rel / "config.json", "f32", "f32") as (path, manifest):
+        assert manifest["arch"] == real["arch"] == "kimi_k3"
+        strip = lambda ts: [{k: t[k] for k in ("name", "format", "group", "shape", "length", "on_disk")} for t in ts]
+        assert strip(manifest["tensors"]) == strip(real["tensors"])
+        assert manifest["banks"] == real["banks"]
+        assert manifest["config"] == real["config"]
+        assert plan_memory(path, options) == plan_memory(out, options)
+    with open_ctx(out) as c:
+        assert params(real) == (c.info.params_total, c.info.params_active)
+
+
+def test_cli_plans_the_k3_release_geometry_from_its_config(libwaste):
+    """`python -m waste CONFIG --plan` at K3's geometry (examples/kimi-k3-config.json):
+    92 MoE layers x top-16 x one MXFP4 latent expert record = 25.8 GB per cold token."""
+    res = subprocess.run([sys.executable, "-m", "waste", str(REPO / "examples" / "kimi-k3-config.json"), "--plan"],
+                         capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert res.returncode == 0, res.stderr
+    got = dict(line.split(": ", 1) for line in (x.strip() for x in res.stdout.splitlines()))
+    record = (256 + 3 * (3584 * 3072 // 32 * 17) + 4095) // 4096 * 4096
+    assert int(got["record_bytes"]) == record == 17551360
+    assert int(got["cold_token_bytes"]) == int(got["working_set_bytes"]) == 92 * 16 * record
+    assert int(got["expert_bytes"]) == 92 * 896 * record
+    assert float(got["tok_s_at_7GBps"]) == pytest.approx(7e9 / (92 * 16 * record), abs=1e-3)
+    assert int(got["floor_bytes"]) > int(got["trunk_bytes"]) > 0
