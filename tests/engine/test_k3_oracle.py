@@ -165,3 +165,21 @@ def test_reference_without_deltas_is_transformers_kimi_linear(torch_stack, tiny_
         want = theirs(torch.tensor([ids])).logits[0].double().numpy()
     got = model.logits(ids).double().numpy()
     assert float(np.abs(got - want).max()) < 1e-5
+
+
+@pytest.mark.parametrize("dtype", ["f32", "int8", "int4"])
+def test_k3_synthetic_threads_and_kernels_are_exact(tiny_dir, libwaste, dtype):
+    """Every delta on (make_container --k3): 1 vs 2 threads and generic vs SIMD kernels give
+    byte-identical logits, in f32 and the quantized formats (docs/ENGINE.md §7)."""
+    from tests.engine.native import build_info
+    from waste.tools.make_container import Geometry, build_container
+
+    path = tiny_dir / f"k3-synth-{dtype}.waste"
+    if not path.exists():
+        build_container(path, seed=2, geometry=Geometry(k3=True, dtype=dtype, layers=5, layout="KMKKM"))
+    ids = prompt_of(24, 200, seed=8)
+    with open_ctx(path, n_threads=1, kernels=1) as g1, open_ctx(path, n_threads=2) as s2:
+        a = np.array([g1.eval([t]) for t in ids])
+        b = np.array([s2.eval([t]) for t in ids])
+    assert same_bytes(a, b), f"threads/kernels differ ({build_info()})"
+    assert np.isfinite(a).all() and a.std() > 0.1
