@@ -54,6 +54,7 @@ double wn_exp(double x);
 double wn_log(double x);
 float wn_expf(float x);   /* (float)wn_exp(x) */
 float wn_logf(float x);
+float wn_tanhf(float x);  /* SiTU's tanh, in double rounded once */
 
 /* ---- json.c: a small bounded DOM parser for untrusted manifests ----------------- */
 typedef enum { WJ_NULL = 0, WJ_BOOL, WJ_NUM, WJ_STR, WJ_ARR, WJ_OBJ } wj_type;
@@ -177,6 +178,17 @@ typedef struct {
     int32_t bos, eos, pad;
     uint64_t ctx_train;
     uint32_t n_moe, n_mla, n_kda;
+    /* Kimi K3 deltas (engine.md §4.2), each from its own config key; 0 = Kimi-Linear. */
+    int situ;                   /* hidden_act "situ" */
+    float situ_beta, situ_lbeta;
+    int has_lbeta;              /* activation_situ_linear_beta set (else u passes unchanged) */
+    uint32_t rz;                /* routed_expert_hidden_size: latent MoE width, 0 = none */
+    int latent_norm;            /* latent_moe_use_norm */
+    uint32_t res_block;         /* attn_res_block_size: attention residuals, 0 = plain */
+    int mla_gate;               /* mla_use_output_gate */
+    int kda_full_gate;          /* use_full_rank_gate */
+    int lower_bound;            /* kda_decay "lower_bound" */
+    float gate_lb;              /* gate_lower_bound (lambda < 0) */
 } wc_config;
 
 typedef struct {
@@ -202,6 +214,7 @@ typedef struct {
     uint64_t probe_bytes;    /* the O_DIRECT probe buffer wc_open_data held briefly (0 if none) */
     char trunk_fmt[16], expert_fmt[16];
     uint32_t expert_group;
+    char arch[32];           /* manifest arch: "kimi_linear" or "kimi_k3" */
 } wc_container;
 
 /* Parses and validates manifest.json (no bank I/O). */
