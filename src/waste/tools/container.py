@@ -53,7 +53,7 @@ class Mxfp4Source:
     and ``scale`` uint8 [rows, cols/32] (E8M0 exponents, 2^(e−127)). ``encode`` keeps these
     bytes, only interleaving them per group (FORMAT.md §2 code 4)."""
 
-    def __init__(self, packed: np.ndarray, scale: np.ndarray, name: str = "matrix") -> None:
+    def __init__(self, packed: np.ndarray, scale: np.ndarray, name: str = "matrix", scale_name: str = "") -> None:
         packed, scale = np.ascontiguousarray(packed), np.ascontiguousarray(scale)
         if packed.dtype != np.uint8 or scale.dtype != np.uint8 or packed.ndim != 2 or scale.ndim != 2:
             raise ContainerError(f"{name}: mxfp4 needs uint8 packed [rows, cols/2] and uint8 scale [rows, cols/32]")
@@ -63,7 +63,8 @@ class Mxfp4Source:
                                  "describe groups of 32 columns")
         bad = np.argwhere(scale == 255)
         if bad.size:
-            raise ContainerError(f"{name}: mxfp4 scale byte 255 (NaN) at row {bad[0][0]} group {bad[0][1]}")
+            raise ContainerError(f"{scale_name or name}: mxfp4 scale byte 255 (NaN) at row {bad[0][0]} group "
+                                 f"{bad[0][1]}")
         self.packed, self.scale, self.name = packed, scale, name
         self.shape = (rows, half * 2)
         self.ndim = 2

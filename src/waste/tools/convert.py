@@ -1,9 +1,11 @@
 """Converts a Kimi-Linear Hugging Face checkpoint directory into a ``model.waste`` container.
 
-``python -m waste.tools.convert HF_DIR OUT.waste [--dtype f32|bf16|int8] [--group 32|128]``
+``python -m waste.tools.convert HF_DIR OUT.waste [--dtype f32|bf16|int8|int4] [--group 32|128]``
 reads config.json and safetensors (with or without an index) using numpy only, checks every
 name, shape, byte range and config field before writing (hf_config.py, hf_checkpoint.py),
-and streams tensor by tensor into a temporary directory renamed at the end.
+and streams tensor by tensor into a temporary directory renamed at the end. Routed experts
+stored in compressed-tensors' ``mxfp4-pack-quantized`` form (``weight_packed`` +
+``weight_scale``) are kept byte for byte with ``--experts source`` (the default).
 """
 
 from __future__ import annotations
@@ -14,14 +16,45 @@ from pathlib import Path
 
 import numpy as np
 
-from waste.tools.container import ContainerError, ContainerWriter
-from waste.tools.hf_checkpoint import SafeTensors, read_tokenizer
+from waste.tools.container import ContainerError, ContainerWriter, Mxfp4Source
+from waste.tools.hf_checkpoint import RAW_DTYPES, SafeTensors, read_tokenizer
 from waste.tools.hf_config import K3_KEYS, ConvertError, normalise_config, read_json
 
 __all__ = ["ConvertError", "K3_KEYS", "SafeTensors", "convert", "main", "normalise_config", "plan_tensors",
            "read_tokenizer"]
 
 TrunkEntry = tuple[str, str, tuple, str]  # (canonical name, source name, shape, kind)
+# One routed-expert matrix: a weight's name, or (weight_packed, weight_scale) for MXFP4.
+ExpertSource = str | tuple[str, str]
+MXFP4_FORMAT = "mxfp4-pack-quantized"
+
+
+def _expert_source(st: SafeTensors, m: str, e: int, w: str) -> ExpertSource:
+    """``experts.E.w.weight``, or its compressed-tensors MXFP4 pair when that is stored."""
+    base = m + f"experts.{e}.{w}."
+    if (base + "weight_packed") in st.entries or (base + "weight_scale") in st.entries:
+        return (base + "weight_packed", base + "weight_scale")
+    return base + "weight"
+
+
+def _source_names(src: ExpertSource) -> tuple[str, ...]:
+    return src if isinstance(src, tuple) else (src,)
+
+
+def _source_shape(st: SafeTensors, src: ExpertSource) -> tuple:
+    """The logical [rows, cols] of an expert matrix; for MXFP4 the pair must be consistent
+    (packed U8 [rows, cols/2], scale U8/F8_E8M0 [rows, cols/32])."""
+    if not isinstance(src, tuple):
+        return st.shape(src)
+    packed, scale = src
+    ps, ss = st.shape(packed), st.shape(scale)
+    for name in src:
+        if st.dtype(name) not in RAW_DTYPES:
+            raise ConvertError(f"tensor {name}: dtype {st.dtype(name)}, expected U8 ({MXFP4_FORMAT})")
+    if len(ps) != 2 or len(ss) != 2 or ps[1] % 16 or ss != (ps[0], ps[1] // 16):
+        raise ConvertError(f"tensor {packed} {list(ps)} with {scale} {list(ss)}: not MXFP4 groups of 32 "
+                           "(packed [rows, cols/2], scale [rows, cols/32])")
+    return (ps[0], ps[1] * 2)
 
 
 # ==== tensor plan ======================================================================
@@ -113,8 +146,8 @@ def _moe(plan: TensorPlan, cfg: dict, st: SafeTensors, layer: int, p: str, c: st
         if cfg["latent_moe_use_norm"]:
             plan.add(c + "moe.latent_norm", m + "routed_expert_norm.weight", (Rz,), "vec")
     m = plan.prefix + m
-    plan.banks[layer] = [[m + f"experts.{e}.{w}.weight" for w in ("w1", "w3", "w2")] for e in range(E)]
-    plan.used.update(name for names in plan.banks[layer] for name in names)
+    plan.banks[layer] = [[_expert_source(st, m, e, w) for w in ("w1", "w3", "w2")] for e in range(E)]
+    plan.used.update(name for srcs in plan.banks[layer] for src in srcs for name in _source_names(src))
 
 
 def _listed(what: str, names: list[str]) -> str:
@@ -155,12 +188,13 @@ def _check_shapes(plan: TensorPlan, cfg: dict, st: SafeTensors) -> None:
     H, Im = cfg["routed_expert_hidden_size"] or cfg["hidden_size"], cfg["moe_intermediate_size"]
     for names in (names for srcs in plan.banks.values() for names in srcs):
         for name, shape in zip(names, ((Im, H), (Im, H), (H, Im))):
-            if st.shape(name) != shape:
-                raise ConvertError(f"tensor {name}: shape {list(st.shape(name))}, expected {list(shape)}")
+            if _source_shape(st, name) != shape:
+                raise ConvertError(f"tensor {_source_names(name)[0]}: shape {list(_source_shape(st, name))}, "
+                                   f"expected {list(shape)}")
 
 
 def plan_tensors(cfg: dict, st: SafeTensors, prefix: str = "", note=None
-                 ) -> tuple[list[TrunkEntry], dict[int, list[list[str]]]]:
+                 ) -> tuple[list[TrunkEntry], dict[int, list[list[ExpertSource]]]]:
     """Trunk entries (canonical, source, shape, kind) and bank sources per MoE layer; every
     source name starts with ``prefix``. ``note`` receives what is skipped (vision tensors).
 
@@ -230,29 +264,53 @@ def chat_format(specials: list[tuple[int, str]]) -> tuple[str, dict | None]:
 
 # ==== driver ============================================================================
 class _Formats:
-    """The on-disk format of each matrix: ``source`` keeps bf16 as bf16, everything else f32."""
+    """The on-disk format of each matrix: ``source`` keeps bf16 as bf16, MXFP4 experts as
+    mxfp4 (their bytes), everything else f32."""
 
     def __init__(self, st: SafeTensors, trunk: str, experts: str, group: int) -> None:
         self.st, self.trunk, self.experts, self.group = st, trunk, experts, group
 
-    def resolve(self, choice: str, src: str) -> str:
-        """The format ``choice`` ("source", "f32", "bf16", "int8") means for tensor ``src``."""
+    def resolve(self, choice: str, src: ExpertSource) -> str:
+        """The format ``choice`` ("source", "f32", "bf16", "int8", "int4") means for ``src``."""
         if choice == "source":
+            if isinstance(src, tuple):
+                return "mxfp4"
             return "bf16" if self.st.dtype(src) == "BF16" else "f32"
         return choice
 
-    def check(self, trunk_plan: list[TrunkEntry], bank_plan: dict[int, list[list[str]]]) -> None:
-        """Every int8 matrix's input width is a multiple of the group (before writing)."""
+    def group_of(self, fmt: str) -> int:
+        return {"int8": self.group, "int4": self.group, "mxfp4": 32}.get(fmt, 0)
+
+    def check(self, trunk_plan: list[TrunkEntry], bank_plan: dict[int, list[list[ExpertSource]]]) -> None:
+        """Every int8/int4 matrix's input width is a multiple of the group (before writing)."""
         for canon, src, shape, kind in trunk_plan:
-            if kind in ("mat", "embed") and self.resolve(self.trunk, src) == "int8" and shape[-1] % self.group:
+            fmt = self.resolve(self.trunk, src) if kind in ("mat", "embed") else "f32"
+            if fmt in ("int8", "int4") and shape[-1] % self.group:
                 raise ConvertError(f"tensor {canon} ({src}): {shape[-1]} input columns are not a multiple of "
-                                   f"the int8 group {self.group}")
+                                   f"the {fmt} group {self.group}")
+        kinds = {layer: self.resolve(self.experts, srcs[0][0]) for layer, srcs in bank_plan.items()}
+        if len(set(kinds.values())) > 1:
+            raise ConvertError("experts must be stored alike in every layer (all MXFP4 or none): " +
+                               ", ".join(f"layer {layer} {fmt}" for layer, fmt in sorted(kinds.items())))
         for layer, srcs in bank_plan.items():
-            if self.resolve(self.experts, srcs[0][0]) == "int8":
+            for e, mats in enumerate(srcs):
+                if any(isinstance(src, tuple) != isinstance(srcs[0][0], tuple) for src in mats):
+                    raise ConvertError(f"expert {e} of layer {layer} mixes MXFP4 and unquantized matrices")
+            fmt = kinds[layer]
+            if fmt in ("int8", "int4"):
                 for name in srcs[0]:
-                    if self.st.shape(name)[-1] % self.group:
-                        raise ConvertError(f"experts of layer {layer} ({name}): {self.st.shape(name)[-1]} input "
-                                           f"columns are not a multiple of the int8 group {self.group}")
+                    cols = _source_shape(self.st, name)[-1]
+                    if cols % self.group:
+                        raise ConvertError(f"experts of layer {layer} ({_source_names(name)[0]}): {cols} input "
+                                           f"columns are not a multiple of the {fmt} group {self.group}")
+
+    def expert(self, src: ExpertSource, fmt: str):
+        """One expert matrix ready for ``add_bank``: MXFP4 bytes kept when ``fmt`` is mxfp4,
+        otherwise f32 values (MXFP4 decoded exactly first)."""
+        if not isinstance(src, tuple):
+            return self.st.load(src)
+        m = Mxfp4Source(self.st.load_bytes(src[0]), self.st.load_bytes(src[1]), src[0], src[1])
+        return m if fmt == "mxfp4" else m.dequantize()
 
 
 def _write(w: ContainerWriter, st: SafeTensors, formats: _Formats, trunk_plan: list[TrunkEntry],
@@ -269,13 +327,33 @@ def _write(w: ContainerWriter, st: SafeTensors, formats: _Formats, trunk_plan: l
             w.add_tensor(canon, a, "f32")
         else:
             fmt = formats.resolve(formats.trunk, src)
-            w.add_tensor(canon, a, fmt, group if fmt == "int8" else 0, on_disk=(kind == "embed"))
+            w.add_tensor(canon, a, fmt, formats.group_of(fmt), on_disk=(kind == "embed"))
     e_fmt = None
     for layer, srcs in sorted(bank_plan.items()):
-        e_fmt = formats.resolve(formats.experts, srcs[0][0])
-        w.add_bank(layer, ([st.load(n) for n in names] for names in srcs), len(srcs), e_fmt,
-                   group if e_fmt == "int8" else 0)
+        e_fmt = fmt = formats.resolve(formats.experts, srcs[0][0])
+        w.add_bank(layer, ([formats.expert(n, fmt) for n in names] for names in srcs), len(srcs), fmt,
+                   formats.group_of(fmt))
     return e_fmt
+
+
+def check_quantization_config(raw: dict, bank_plan: dict[int, list[list[ExpertSource]]]) -> None:
+    """MXFP4 expert tensors need a compressed-tensors ``quantization_config`` (when the
+    config has one) that names the ``mxfp4-pack-quantized`` format; other schemes are
+    refused by name rather than misread."""
+    if not any(isinstance(src, tuple) for srcs in bank_plan.values() for mats in srcs for src in mats):
+        return
+    for where, cfg in (("config.json", raw), ("config.json text_config", raw.get("text_config"))):
+        qc = cfg.get("quantization_config") if isinstance(cfg, dict) else None
+        if qc is None:
+            continue
+        groups = qc.get("config_groups") if isinstance(qc, dict) else None
+        found = {qc.get("format")} if isinstance(qc, dict) else set()
+        if isinstance(groups, dict):
+            found |= {g.get("format") for g in groups.values() if isinstance(g, dict)}
+        if not isinstance(qc, dict) or qc.get("quant_method") != "compressed-tensors" or MXFP4_FORMAT not in found:
+            raise ConvertError(f"{where}: quantization_config must be compressed-tensors with format "
+                               f"{MXFP4_FORMAT!r} for weight_packed/weight_scale experts (found "
+                               f"{sorted(str(f) for f in found - {None}) or 'none'})")
 
 
 def _stderr_note(text: str) -> None:
@@ -310,6 +388,7 @@ def convert(hf_dir: str | Path, out: str | Path, *, trunk: str = "source", exper
     tok = read_tokenizer(hf_dir, cfg["vocab_size"])
     formats = _Formats(st, trunk, experts, group)
     formats.check(trunk_plan, bank_plan)
+    check_quantization_config(raw, bank_plan)
 
     w = ContainerWriter(out, overwrite=overwrite)
     try:
@@ -324,7 +403,7 @@ def convert(hf_dir: str | Path, out: str | Path, *, trunk: str = "source", exper
                      "format (the server answers completions only, until a chat.json is added)")
         t_fmt = formats.resolve(trunk, prefix + "lm_head.weight")
         quant = {"trunk": t_fmt, "experts": e_fmt or "none",
-                 "group": group if "int8" in (t_fmt, e_fmt) else 0}
+                 "group": max(formats.group_of(t_fmt), formats.group_of(e_fmt or "none"))}
         return w.finish("kimi_k3" if release else "kimi_linear", cfg, quant)
     except BaseException:
         w.abandon()
@@ -336,10 +415,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m waste.tools.convert", description=__doc__.splitlines()[0])
     ap.add_argument("hf_dir")
     ap.add_argument("out")
-    ap.add_argument("--dtype", choices=["f32", "bf16", "int8"], help="sets --trunk and --experts")
-    ap.add_argument("--trunk", choices=["source", "f32", "bf16", "int8"], help="default: source")
-    ap.add_argument("--experts", choices=["source", "f32", "bf16", "int8"], help="default: source")
-    ap.add_argument("--group", type=int, choices=[32, 128], default=32)
+    ap.add_argument("--dtype", choices=["f32", "bf16", "int8", "int4"], help="sets --trunk and --experts")
+    ap.add_argument("--trunk", choices=["source", "f32", "bf16", "int8", "int4"], help="default: source")
+    ap.add_argument("--experts", choices=["source", "f32", "bf16", "int8", "int4"],
+                    help="default: source (bf16 stays bf16, MXFP4 experts stay MXFP4 byte for byte)")
+    ap.add_argument("--group", type=int, choices=[32, 128], default=32, help="int8/int4 group (mxfp4 is always 32)")
     ap.add_argument("--overwrite", action="store_true")
     args = ap.parse_args(argv)
     if args.dtype and (args.trunk or args.experts):
