@@ -25,6 +25,11 @@ BANK_HEADER_BYTES = 4096
 RECORD_HEADER_BYTES = 256
 TRUNK_ALIGN = 64
 
+Shape = tuple[int, ...]
+"""A tensor's dimensions, outermost first (any rank)."""
+TensorSpec = tuple[str, Shape, str]
+"""(tensor name, shape, kind) of one tensor a tool plans; what ``kind`` means is the tool's."""
+
 
 class ContainerError(ValueError):
     """The input cannot become a valid container; the message names the tensor or field."""
@@ -171,7 +176,7 @@ class _RecordLayout:
     """Where the three matrices of every record of one bank go (FORMAT.md §4): blocks
     64-aligned in the body, the record padded to a multiple of 4096."""
 
-    def __init__(self, shapes: list[tuple[int, ...]], lengths: list[int]) -> None:
+    def __init__(self, shapes: list[Shape], lengths: list[int]) -> None:
         self.shapes, self.lengths = shapes, lengths
         self.offsets, at = [], 0
         for n in lengths:

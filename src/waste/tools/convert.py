@@ -16,14 +16,14 @@ from pathlib import Path
 
 import numpy as np
 
-from waste.tools.container import ContainerError, ContainerWriter, Mxfp4Source
+from waste.tools.container import ContainerError, ContainerWriter, Mxfp4Source, Shape
 from waste.tools.hf_checkpoint import RAW_DTYPES, SafeTensors, read_tokenizer
 from waste.tools.hf_config import K3_KEYS, ConvertError, normalise_config, read_json
 
 __all__ = ["ConvertError", "K3_KEYS", "SafeTensors", "convert", "main", "normalise_config", "plan_tensors",
            "read_tokenizer"]
 
-TrunkEntry = tuple[str, str, tuple, str]  # (canonical name, source name, shape, kind)
+TrunkEntry = tuple[str, str, Shape, str]  # (canonical name, source name, shape, kind)
 # One routed-expert matrix: a weight's name, or (weight_packed, weight_scale) for MXFP4.
 ExpertSource = str | tuple[str, str]
 MXFP4_FORMAT = "mxfp4-pack-quantized"
@@ -41,7 +41,7 @@ def _source_names(src: ExpertSource) -> tuple[str, ...]:
     return src if isinstance(src, tuple) else (src,)
 
 
-def _source_shape(st: SafeTensors, src: ExpertSource) -> tuple:
+def _source_shape(st: SafeTensors, src: ExpertSource) -> Shape:
     """The logical [rows, cols] of an expert matrix; for MXFP4 the pair must be consistent
     (packed U8 [rows, cols/2], scale U8/F8_E8M0 [rows, cols/32])."""
     if not isinstance(src, tuple):
@@ -66,7 +66,7 @@ class TensorPlan:
     def __init__(self, prefix: str = "") -> None:
         self.prefix = prefix
         self.trunk: list[TrunkEntry] = []
-        self.banks: dict[int, list[list[str]]] = {}
+        self.banks: dict[int, list[list[ExpertSource]]] = {}
         self.used: set[str] = set()
 
     def add(self, canon: str, src: str, shape: tuple, kind: str) -> None:
@@ -171,7 +171,7 @@ def _check_names(plan: TensorPlan, st: SafeTensors, note=None) -> None:
         raise ConvertError(_listed("unknown tensors", unknown))
 
 
-def _shape_fits(got: tuple, shape: tuple, kind: str) -> bool:
+def _shape_fits(got: Shape, shape: Shape, kind: str) -> bool:
     if kind == "conv":
         return got in ((shape[0], 1, shape[1]), shape)
     if kind == "a_log":  # per head, stored (1, 1, H, 1) by transformers
@@ -314,7 +314,7 @@ class _Formats:
 
 
 def _write(w: ContainerWriter, st: SafeTensors, formats: _Formats, trunk_plan: list[TrunkEntry],
-           bank_plan: dict[int, list[list[str]]]) -> str | None:
+           bank_plan: dict[int, list[list[ExpertSource]]]) -> str | None:
     """Streams every tensor into ``w``; returns the experts' format (None without MoE)."""
     for canon, src, shape, kind in trunk_plan:
         a = st.load(src)

@@ -21,7 +21,7 @@ import numpy as np
 
 from waste.tools.hf_config import ConvertError, read_json
 
-_ST_DTYPES = {"F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "BF16": np.dtype("<u2"),
+_ST_DTYPES: dict[str, np.dtype[Any]] = {"F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "BF16": np.dtype("<u2"),
               # Raw bytes: compressed-tensors' MXFP4 E2M1 nibbles and E8M0 scales (load_bytes).
               "U8": np.dtype("u1"), "F8_E8M0": np.dtype("u1")}
 RAW_DTYPES = ("U8", "F8_E8M0")

@@ -135,12 +135,11 @@ def _layer_types(cfg: dict, lac: dict, n_layers: int) -> list[str]:
     if both:
         raise ConvertError(f"config.json: layer {both[0]} (1-based) is in both linear_attn_config.kda_layers "
                            "and full_attn_layers")
-    types = ["linear_attention" if i in kda else "full_attention" if i in full else None
-             for i in range(1, n_layers + 1)]
-    if None in types:
-        raise ConvertError(f"config.json: layer {types.index(None) + 1} (1-based) is in neither "
+    neither = [i for i in range(1, n_layers + 1) if i not in kda and i not in full]
+    if neither:
+        raise ConvertError(f"config.json: layer {neither[0]} (1-based) is in neither "
                            "kda_layers nor full_attn_layers")
-    return types
+    return ["linear_attention" if i in kda else "full_attention" for i in range(1, n_layers + 1)]
 
 
 def _mlp_layer_types(fields: _Fields, n_layers: int, release: bool) -> list[str]:

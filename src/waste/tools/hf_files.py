@@ -9,10 +9,11 @@ from pathlib import Path
 
 import numpy as np
 
+from waste.tools.container import Shape
 from waste.tools.make_container import random_tensor
 
 
-def draw(seed: int, name: str, shape: tuple[int, ...], kind: str, bias_std: float) -> np.ndarray:
+def draw(seed: int, name: str, shape: Shape, kind: str, bias_std: float) -> np.ndarray:
     """One tensor's values (float32), from a stream of its own (seed, name)."""
     if kind == "bias":
         rng = np.random.default_rng([seed, zlib.crc32(name.encode("utf-8"))])

@@ -19,7 +19,7 @@ import attrs
 import numpy as np
 
 from waste.tools.bpe_train import train_ranks
-from waste.tools.container import ContainerError, ContainerWriter
+from waste.tools.container import ContainerError, ContainerWriter, Shape, TensorSpec
 from waste.tools.hf_config import normalise_config
 
 XTML_SPECIALS = ("<|open|>", "<|sep|>", "<|close|>", "<|end_of_msg|>", "<|media_begin|>",
@@ -167,7 +167,7 @@ def _K3_KEYS(g: Geometry) -> dict:
                                    "short_conv_kernel_size": g.conv_kernel, "gate_lower_bound": -5.0}}
 
 
-def trunk_plan(cfg: dict) -> list[tuple[str, tuple[int, ...], str]]:
+def trunk_plan(cfg: dict) -> list[TensorSpec]:
     """(canonical name, shape, kind) of every trunk tensor, in the converter's order.
 
     kind: "embed", "mat" (the --dtype), "vec", "norm", "a_log", "dt_bias", "conv", "router".
@@ -180,7 +180,7 @@ def trunk_plan(cfg: dict) -> list[tuple[str, tuple[int, ...], str]]:
     E, Im, S, I = (cfg["num_experts"], cfg["moe_intermediate_size"], cfg["num_shared_experts"],
                    cfg["intermediate_size"])
     Rz, rq = cfg.get("routed_expert_hidden_size", 0), cfg["q_lora_rank"]
-    plan = [("embed", (V, H), "embed")]
+    plan: list[TensorSpec] = [("embed", (V, H), "embed")]
     for layer in range(cfg["num_hidden_layers"]):
         c = f"blk.{layer}."
         plan += [(c + "attn_norm", (H,), "norm"), (c + "ffn_norm", (H,), "norm")]
@@ -223,7 +223,7 @@ def trunk_plan(cfg: dict) -> list[tuple[str, tuple[int, ...], str]]:
     return plan + [("final_norm", (H,), "norm"), ("lm_head", (V, H), "mat")]
 
 
-def random_tensor(seed: int, name: str, shape: tuple[int, ...], kind: str) -> np.ndarray:
+def random_tensor(seed: int, name: str, shape: Shape, kind: str) -> np.ndarray:
     """Deterministic values for one tensor: its own stream, so names never shift each other."""
     rng = np.random.default_rng([seed, zlib.crc32(name.encode("utf-8"))])
     if kind == "norm":
@@ -239,7 +239,7 @@ def random_tensor(seed: int, name: str, shape: tuple[int, ...], kind: str) -> np
     return values.astype(np.float32)
 
 
-def _matrix_format(name: str, shape: tuple[int, ...], g: Geometry) -> tuple[str, int]:
+def _matrix_format(name: str, shape: Shape, g: Geometry) -> tuple[str, int]:
     if g.dtype not in ("int8", "int4"):
         return g.dtype, 0
     if shape[-1] % g.group:

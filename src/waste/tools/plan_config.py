@@ -20,15 +20,19 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from waste.tools.container import RECORD_HEADER_BYTES, ContainerError, row_bytes
+from waste.tools.container import RECORD_HEADER_BYTES, ContainerError, TensorSpec, row_bytes
 from waste.tools.hf_config import ConvertError, normalise_config, read_json
+
+if TYPE_CHECKING:  # imported where used at run time: planning needs libwaste built, the rest does not
+    from waste.adapters.native.context import MemoryPlan
 
 FORMAT_VERSION = 1
 TRUNK_ALIGN = 64
 
 
-def canonical_tensors(cfg: dict) -> list[tuple[str, tuple[int, ...], str]]:
+def canonical_tensors(cfg: dict) -> list[TensorSpec]:
     """(canonical name, shape, kind) of every trunk tensor of a normalised config, in the
     converter's order; kind is "embed", "mat" (trunk format) or "vec" (f32)."""
     H, V = cfg["hidden_size"], cfg["vocab_size"]
@@ -38,7 +42,7 @@ def canonical_tensors(cfg: dict) -> list[tuple[str, tuple[int, ...], str]]:
     dn, dr, dv = cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"]
     E, Im, S, Rz = (cfg["num_experts"], cfg["moe_intermediate_size"], cfg["num_shared_experts"],
                     cfg.get("routed_expert_hidden_size", 0))
-    out: list[tuple[str, tuple[int, ...], str]] = [("embed", (V, H), "embed")]
+    out: list[TensorSpec] = [("embed", (V, H), "embed")]
     for layer in range(cfg["num_hidden_layers"]):
         c = f"blk.{layer}."
         out += [(c + "attn_norm", (H,), "vec"), (c + "ffn_norm", (H,), "vec")]
@@ -166,7 +170,7 @@ def plannable(model: str | Path, trunk: str | None = None, experts: str | None =
         yield Path(tmp), manifest
 
 
-def cold_token_lines(plan, manifest: dict | None, read_gbps: float) -> list[tuple[str, str]]:
+def cold_token_lines(plan: MemoryPlan, manifest: dict | None, read_gbps: float) -> list[tuple[str, str]]:
     """Extra --plan lines: bytes per cold token and the read-bound tok/s (and parameters)."""
     cold = int(plan.working_set_bytes)
     lines = [("cold_token_bytes", str(cold))]
@@ -178,7 +182,7 @@ def cold_token_lines(plan, manifest: dict | None, read_gbps: float) -> list[tupl
     return lines
 
 
-def plan_anyway(path: Path, options) -> tuple[object, str | None]:
+def plan_anyway(path: Path, options: Any) -> tuple[MemoryPlan, str | None]:
     """(the plan, None), or (the plan as far as sizing got, the engine's refusal) when the
     budget is refused (E_BUDGET: e.g. a floor above this machine's RAM): a config-only plan
     is mostly asked about a bigger machine, so its numbers are still worth printing."""
@@ -186,7 +190,7 @@ def plan_anyway(path: Path, options) -> tuple[object, str | None]:
 
     from waste.adapters.native import NativeOptions
     from waste.adapters.native.context import _ERR_CAP, MemoryPlan, ffi, lib, new_cfg
-    from waste.domain.engine import EngineError
+    from waste.domain.ports import EngineError
 
     keep: list = []
     cfg = new_cfg(NativeOptions.coerce(options), keep)
@@ -213,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--read-gbps", type=float, default=7.0, help="SSD read GB/s for the tok/s bound (default 7)")
     args = ap.parse_args(argv)
     from waste.adapters.native import NativeOptions  # libwaste's own sizing
-    from waste.domain.engine import EngineError
+    from waste.domain.ports import EngineError
 
     if not is_config_only(args.config):
         ap.error(f"{args.config}: not a config.json (for a container, use python -m waste MODEL --plan)")

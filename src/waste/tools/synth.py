@@ -32,7 +32,7 @@ from typing import Iterator
 import numpy as np
 
 from waste.tools.bpe_train import train_ranks
-from waste.tools.container import ContainerError, to_bf16_bits
+from waste.tools.container import ContainerError, TensorSpec, to_bf16_bits
 from waste.tools.hf_files import draw, write_tokenizer
 from waste.tools.make_container import (CORPUS, Geometry, add_geometry_flags, geometry_from_flags)
 
@@ -43,7 +43,7 @@ SPECIALS = ("[BOS]", "[EOS]", "<|im_end|>", "<|im_user|>", "<|im_assistant|>", "
 DTYPES = {"f32": ("F32", "float32", 4), "bf16": ("BF16", "bfloat16", 2)}
 DEFAULT_BIAS_STD = 0.5  # make_container's router_bias spread, so both tools route alike
 
-Spec = tuple[str, tuple[int, ...], str]  # (transformers name, shape, kind for random_tensor)
+Spec = TensorSpec  # (transformers name, shape, kind for random_tensor)
 
 
 def hf_config(g: Geometry, vocab: int, dtype: str) -> dict:
@@ -106,7 +106,7 @@ def _mlp(g: Geometry, layer: int, m: str) -> list[Spec]:
     if layer < g.dense:  # transformers 5.23 names the dense MLP block_sparse_moe too
         return [(m + "down_proj.weight", (H, I), "mat"), (m + "gate_proj.weight", (I, H), "mat"),
                 (m + "up_proj.weight", (I, H), "mat")]
-    specs = [(m + f"experts.{e}.{w}.weight", shape, "mat") for e in range(g.experts)
+    specs: list[Spec] = [(m + f"experts.{e}.{w}.weight", shape, "mat") for e in range(g.experts)
              for w, shape in (("w1", (Im, H)), ("w2", (H, Im)), ("w3", (Im, H)))]
     specs += [(m + "gate.e_score_correction_bias", (g.experts,), "bias"),
               (m + "gate.weight", (g.experts, H), "router")]

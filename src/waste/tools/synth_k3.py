@@ -25,11 +25,12 @@ import os
 import shutil
 import struct
 from pathlib import Path
+from typing import Any
 
 import attrs
 import numpy as np
 
-from waste.tools.container import ContainerError, to_bf16_bits
+from waste.tools.container import ContainerError, TensorSpec, to_bf16_bits
 from waste.tools.hf_files import draw, write_tokenizer
 from waste.tools.make_container import XTML_SPECIALS, Geometry, random_tensor
 
@@ -72,7 +73,7 @@ def text_config(g: Geometry, k: K3Options, vocab: int) -> dict:
     """The Moonshot-style K3 text config (what ``text_config`` holds)."""
     ids = {s: vocab - len(SPECIALS) + i for i, s in enumerate(SPECIALS)}
     kinds = g.layer_types()
-    cfg = {
+    cfg: dict[str, Any] = {
         "model_type": "kimi_linear", "architectures": ["KimiLinearForCausalLM"],
         "vocab_size": vocab, "hidden_size": g.hidden, "num_hidden_layers": g.layers,
         "intermediate_size": g.intermediate, "moe_intermediate_size": g.moe_intermediate,
@@ -126,13 +127,13 @@ def release_config(g: Geometry, k: K3Options, vocab: int) -> dict:
 
 # ==== the tensor plan ====================================================================
 # (HF name under language_model., shape, kind): kind is random_tensor's, or "expert" (MXFP4).
-Spec = tuple[str, tuple[int, ...], str]
+Spec = TensorSpec
 
 
 def _kda(g: Geometry, k: K3Options, a: str) -> list[Spec]:
     H, Hk, d, K = g.hidden, g.kda_heads, g.kda_head_dim, g.conv_kernel
     hd = Hk * d
-    specs = [(a + f"{x}_proj.weight", (hd, H), "mat") for x in "qkv"]
+    specs: list[Spec] = [(a + f"{x}_proj.weight", (hd, H), "mat") for x in "qkv"]
     specs += [(a + f"{x}_conv1d.weight", (hd, 1, K), "conv") for x in "qkv"]
     specs += [(a + "A_log", (k.a_log_pad or d,), "a_log"), (a + "dt_bias", (hd,), "dt_bias"),
               (a + "f_a_proj.weight", (d, H), "mat"), (a + "f_b_proj.weight", (hd, d), "mat"),
@@ -148,6 +149,7 @@ def _kda(g: Geometry, k: K3Options, a: str) -> list[Spec]:
 def _mla(g: Geometry, k: K3Options, a: str) -> list[Spec]:
     H, nh, r = g.hidden, g.mla_heads, g.kv_lora_rank
     qh = nh * (g.qk_nope + g.qk_rope)
+    specs: list[Spec]
     if k.q_lora_rank:
         specs = [(a + "q_a_proj.weight", (k.q_lora_rank, H), "mat"), (a + "q_a_layernorm.weight", (k.q_lora_rank,), "norm"),
                  (a + "q_b_proj.weight", (qh, k.q_lora_rank), "mat")]
@@ -168,7 +170,7 @@ def _ffn(g: Geometry, k: K3Options, p: str, moe: bool) -> list[Spec]:
         return [(p + "mlp.gate_proj.weight", (I, H), "mat"), (p + "mlp.up_proj.weight", (I, H), "mat"),
                 (p + "mlp.down_proj.weight", (H, I), "mat")]
     m, Im, S, d_e = p + "block_sparse_moe.", g.moe_intermediate, g.shared, k.latent or H
-    specs = [(m + "gate.weight", (g.experts, H), "mat"), (m + "gate.e_score_correction_bias", (g.experts,), "bias")]
+    specs: list[Spec] = [(m + "gate.weight", (g.experts, H), "mat"), (m + "gate.e_score_correction_bias", (g.experts,), "bias")]
     for e in range(g.experts):
         specs += [(m + f"experts.{e}.w1.weight", (Im, d_e), "expert"), (m + f"experts.{e}.w2.weight", (d_e, Im), "expert"),
                   (m + f"experts.{e}.w3.weight", (Im, d_e), "expert")]
@@ -187,10 +189,10 @@ def _ffn(g: Geometry, k: K3Options, p: str, moe: bool) -> list[Spec]:
 def shard_plan(g: Geometry, k: K3Options, vocab: int) -> list[list[Spec]]:
     """One shard per layer, then embedding/head/norms, then the vision tower."""
     moe = moe_layers(g, k)
-    shards = []
+    shards: list[list[Spec]] = []
     for layer, kind in enumerate(g.layer_types()):
         p = f"model.layers.{layer}."
-        specs = [(p + "input_layernorm.weight", (g.hidden,), "norm"),
+        specs: list[Spec] = [(p + "input_layernorm.weight", (g.hidden,), "norm"),
                  (p + "post_attention_layernorm.weight", (g.hidden,), "norm")]
         specs += (_kda if kind == "linear_attention" else _mla)(g, k, p + "self_attn.")
         specs += _ffn(g, k, p, moe[layer])
@@ -200,7 +202,7 @@ def shard_plan(g: Geometry, k: K3Options, vocab: int) -> list[list[Spec]]:
                       (p + "mlp_res_norm.weight", (g.hidden,), "norm"),
                       (p + "mlp_res_proj.weight", (1, g.hidden), "mat")]
         shards.append(sorted(specs))
-    last = [("lm_head.weight", (vocab, g.hidden), "mat"), ("model.embed_tokens.weight", (vocab, g.hidden), "embed"),
+    last: list[Spec] = [("lm_head.weight", (vocab, g.hidden), "mat"), ("model.embed_tokens.weight", (vocab, g.hidden), "embed"),
             ("model.norm.weight", (g.hidden,), "norm")]
     if k.attn_res_block:
         last += [("model.output_attn_res_norm.weight", (g.hidden,), "norm"),
@@ -209,7 +211,7 @@ def shard_plan(g: Geometry, k: K3Options, vocab: int) -> list[list[Spec]]:
     return shards
 
 
-VISION = [("vision_tower.patch_embed.proj.weight", (16, 3, 2, 2), "mat"),
+VISION: list[Spec] = [("vision_tower.patch_embed.proj.weight", (16, 3, 2, 2), "mat"),
           ("vision_tower.encoder.blocks.0.norm0.weight", (16,), "norm"),
           ("mm_projector.proj.0.weight", (16, 64), "mat")]
 
