@@ -127,13 +127,13 @@ def test_release_layout_converts_to_the_same_model(release):
 
 def test_release_tokenizer_resolves_to_xtml_without_a_chat_json(release):
     from waste.adapters.native import NativeEngine, NativeOptions
-    from waste.domain.chatfmt import select_chat_format
+    from waste.domain.format_choice import select_chat_format
 
     _, _, out, _, _ = release
     assert not (out / "chat.json").exists()
     with NativeEngine.open(out, NativeOptions(usage_path="")) as engine:
         assert engine.model_info().arch == "kimi_k3"
-        assert select_chat_format(engine, None).kind == "xtml"
+        assert select_chat_format(engine, None).name == "xtml"
 
 
 def _copy_release(release, tmp_path) -> Path:
@@ -202,7 +202,7 @@ def test_eval_cli_on_a_k3_container_without_tokenizer_files(torch_stack, tiny_di
 # ---- Kimi-Linear: chat.json from the checkpoint's own tokenizer files -----------------------
 def test_synth_then_convert_serves_chat_with_no_hand_copied_file(tmp_path, libwaste):
     from waste.adapters.native import NativeEngine, NativeOptions
-    from waste.domain.chatfmt import select_chat_format
+    from waste.domain.format_choice import select_chat_format
     from waste.tools.convert import KIMI_LINEAR_CHAT
 
     hf, out = tmp_path / "hf", tmp_path / "m.waste"
@@ -214,7 +214,7 @@ def test_synth_then_convert_serves_chat_with_no_hand_copied_file(tmp_path, libwa
     assert chat == KIMI_LINEAR_CHAT == json.loads((REPO / "examples" / "chat-kimi-linear.json").read_text())
     with NativeEngine.open(out, NativeOptions(usage_path="")) as engine:
         sel = select_chat_format(engine, (out / "chat.json").read_text())
-        assert sel.kind == "chat.json", sel.error
+        assert sel.name == "chat.json", sel.error
 
 
 # ---- --plan from a config.json alone ----------------------------------------------------------
@@ -253,6 +253,20 @@ def test_cli_plans_the_k3_release_geometry_from_its_config(libwaste):
     assert float(got["tok_s_at_7GBps"]) == pytest.approx(7e9 / (92 * 16 * record), abs=1e-3)
     assert int(got["floor_bytes"]) > int(got["trunk_bytes"]) > 0
 
+
+
+def test_plan_config_tool_plans_the_k3_release_geometry(libwaste, capsys):
+    """`python -m waste.tools.plan_config CONFIG` (its own entry point, beside the CLI's
+    --plan) prints the same K3 record and cold-token bytes, with --read-gbps applied."""
+    from waste.tools.plan_config import main
+
+    assert main([str(REPO / "examples" / "kimi-k3-config.json"), "--read-gbps", "14"]) == 0
+    out = capsys.readouterr().out
+    got = dict(line.split(": ", 1) for line in (x.strip() for x in out.splitlines()))
+    record = 17551360
+    assert int(got["record_bytes"]) == record
+    assert int(got["cold_token_bytes"]) == 92 * 16 * record
+    assert float(got["tok_s_at_14GBps"]) == pytest.approx(14e9 / (92 * 16 * record), abs=1e-3)
 
 def test_release_plan_from_its_config_equals_the_mxfp4_container(tmp_path, libwaste):
     """synth --arch k3 (the release layout with MXFP4 experts) → the plan from its config.json
