@@ -56,12 +56,13 @@ GEOMETRIES = {
         dtype="int8", group=32),
 }
 # Kimi K3 scaled to this machine (docs/ENGINE.md §4.2: 93 layers, hidden 7168, latent 3584,
-# moe_inter 3072, 896 experts, top-16, 2 shared, q-LoRA 1536, blocks of 12): 24 layers with MLA
-# every 4th (K3's 3:1), hidden 1024, latent 512, moe_inter 512, 64 experts per layer with
-# top-16, 2 shared, q-LoRA 512, kv_lora 512, attention-residual blocks of 12, first layer MoE;
-# MXFP4 experts (record 0.42 MiB), bf16 trunk. --quick: 8 layers, hidden 512, blocks of 4.
+# moe_inter 3072, 896 experts, top-16, 2 shared, q-LoRA 1536, blocks of 12): 16 layers with MLA
+# every 4th (K3's 3:1), hidden 1024, latent 512, moe_inter 512, 32 experts per layer with
+# top-8, 2 shared, q-LoRA 512, kv_lora 512, attention-residual blocks of 12, first layer MoE;
+# MXFP4 experts (record 0.42 MiB), bf16 trunk. (compressed-tensors packs ~1 M weights/s here,
+# which bounds the expert count.) --quick: 8 layers, hidden 512, blocks of 4.
 K3_GEOMETRIES = {
-    "k3-h1024": (Geometry(layers=24, hidden=1024, intermediate=4096, moe_intermediate=512, experts=64, top_k=16,
+    "k3-h1024": (Geometry(layers=16, hidden=1024, intermediate=4096, moe_intermediate=512, experts=32, top_k=8,
                           shared=2, dense=0, kda_heads=8, kda_head_dim=128, conv_kernel=4, mla_heads=8,
                           kv_lora_rank=512, qk_nope=128, qk_rope=64, v_head=128),
                  K3Options(q_lora_rank=512, latent=512, attn_res_block=12)),

@@ -249,13 +249,27 @@ def _a_log(seed: int, name: str, heads: int, n: int) -> np.ndarray:
     return a
 
 
+def _packed_experts(specs: list[Spec], seed: int, torch) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Every expert matrix of a shard through the compressor, one call per shape: MXFP4
+    groups run along a row, so stacking rows packs each matrix exactly as alone (tested)."""
+    out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for shape in sorted({shape for _, shape, kind in specs if kind == "expert"}):
+        names = [name for name, s, kind in specs if kind == "expert" and s == shape]
+        packed, scale = _mxfp4(torch, np.concatenate([random_tensor(seed, n, shape, "mat") for n in names]))
+        rows = shape[0]
+        for i, n in enumerate(names):
+            out[n] = (packed[i * rows:(i + 1) * rows], scale[i * rows:(i + 1) * rows])
+    return out
+
+
 def _entries(specs: list[Spec], seed: int, g: Geometry, bias_std: float, torch):
     """(name, st dtype, shape, bytes-or-f32 array) for every tensor of a shard, in order."""
     from waste.tools.synth import draw
 
+    experts = _packed_experts(specs, seed, torch)
     for name, shape, kind in specs:
         if kind == "expert":
-            packed, scale = _mxfp4(torch, random_tensor(seed, name, shape, "mat"))
+            packed, scale = experts[name]
             base = name[: -len(".weight")]
             yield base + ".weight_packed", "U8", packed.shape, packed.tobytes()
             yield base + ".weight_scale", "U8", scale.shape, scale.tobytes()
