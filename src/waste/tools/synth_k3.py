@@ -267,7 +267,7 @@ def _packed_experts(specs: list[Spec], seed: int, torch) -> dict[str, tuple[np.n
 
 def _entries(specs: list[Spec], seed: int, g: Geometry, bias_std: float, torch):
     """(name, st dtype, shape, bytes-or-f32 array) for every tensor of a shard, in order."""
-    from waste.tools.synth import draw
+    from waste.tools.make_container import draw
 
     experts = _packed_experts(specs, seed, torch)
     for name, shape, kind in specs:
@@ -315,7 +315,7 @@ def synthesize_k3(out: str | Path, *, geometry: Geometry, options: K3Options, se
     """
     from waste.tools.bpe_train import train_ranks
     from waste.tools.make_container import CORPUS
-    from waste.tools.synth import write_tokenizer
+    from waste.tools.make_container import write_hf_tokenizer
 
     g, k, out = geometry, options, Path(out)
     if dtype not in ST_DTYPES:
@@ -347,7 +347,7 @@ def synthesize_k3(out: str | Path, *, geometry: Geometry, options: K3Options, se
                 weight_map[full] = file
         (tmp / "model.safetensors.index.json").write_text(json.dumps(
             {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}, indent=2) + "\n")
-        write_tokenizer(tmp, ranks, SPECIALS)
+        write_hf_tokenizer(tmp, ranks, SPECIALS)
         if out.exists():
             shutil.rmtree(out)
         tmp.rename(out)
