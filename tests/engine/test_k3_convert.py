@@ -252,3 +252,43 @@ def test_cli_plans_the_k3_release_geometry_from_its_config(libwaste):
     assert int(got["expert_bytes"]) == 92 * 896 * record
     assert float(got["tok_s_at_7GBps"]) == pytest.approx(7e9 / (92 * 16 * record), abs=1e-3)
     assert int(got["floor_bytes"]) > int(got["trunk_bytes"]) > 0
+
+
+def test_release_plan_from_its_config_equals_the_mxfp4_container(tmp_path, libwaste):
+    """synth --arch k3 (the release layout with MXFP4 experts) → the plan from its config.json
+    alone (bf16 trunk, MXFP4 experts: the release's formats) equals the converted container's."""
+    from tests.engine.conftest import require_module
+    from waste.adapters.native import NativeOptions, plan_memory
+    from waste.tools.plan_config import params, plannable
+
+    require_module("compressed_tensors", "synth --arch k3 packs MXFP4 with compressed-tensors")
+    hf, out = tmp_path / "k3", tmp_path / "k3.waste"
+    for cmd in ([sys.executable, "-m", "waste.tools.synth", str(hf), "--arch", "k3", "--seed", "1"],
+                [sys.executable, "-m", "waste.tools.convert", str(hf), str(out)]):
+        res = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+        assert res.returncode == 0, res.stderr
+    real = json.loads((out / "manifest.json").read_text())
+    assert real["arch"] == "kimi_k3" and {b["format"] for b in real["banks"]} == {"mxfp4"}
+    options = NativeOptions(usage_path="", ctx_tokens=512)
+    with plannable(hf) as (path, manifest):
+        assert manifest["banks"] == real["banks"]
+        assert plan_memory(path, options) == plan_memory(out, options)
+    with open_ctx(out) as c:
+        assert params(real) == (c.info.params_total, c.info.params_active)
+
+
+def test_params_active_at_kimi_linear_48b_geometry_is_the_documented_count():
+    """The count plan_config shares with libwaste (checked equal above) gives docs/ENGINE.md
+    §2's 3.10 B active at Kimi-Linear-48B's geometry (49.1 B in all)."""
+    from waste.tools.plan_config import manifest_for, params
+
+    full = [4, 8, 12, 16, 20, 24, 27]
+    cfg = dict(model_type="kimi_linear", vocab_size=163840, hidden_size=2304, num_hidden_layers=27,
+               intermediate_size=9216, moe_intermediate_size=1024, num_experts=256, num_experts_per_token=8,
+               num_shared_experts=1, moe_renormalize=True, routed_scaling_factor=2.446, first_k_dense_replace=1,
+               num_attention_heads=32, num_key_value_heads=32, q_lora_rank=None, kv_lora_rank=512,
+               qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
+               linear_attn_config={"num_heads": 32, "head_dim": 128, "short_conv_kernel_size": 4,
+                                   "kda_layers": [i for i in range(1, 28) if i not in full], "full_attn_layers": full})
+    total, active = params(manifest_for(cfg, "bf16", "bf16"))
+    assert round(active / 1e9, 2) == 3.11 and round(total / 1e9, 1) == 49.1

@@ -239,32 +239,6 @@ def random_tensor(seed: int, name: str, shape: tuple[int, ...], kind: str) -> np
     return values.astype(np.float32)
 
 
-def draw(seed: int, name: str, shape: tuple[int, ...], kind: str, bias_std: float) -> np.ndarray:
-    """One tensor's values (float32), from a stream of its own (seed, name); ``bias`` is a
-    router bias of standard deviation ``bias_std`` (synth's routing skew)."""
-    if kind == "bias":
-        rng = np.random.default_rng([seed, zlib.crc32(name.encode("utf-8"))])
-        return (bias_std * rng.standard_normal(shape)).astype(np.float32)
-    return random_tensor(seed, name, shape, kind)
-
-
-def write_hf_tokenizer(out: Path, ranks: list[bytes], specials: tuple[str, ...]) -> None:
-    """A Moonshot-style ``tiktoken.model`` (base64 rank per line) and the specials'
-    ``tokenizer_config.json`` of a synthetic HF checkpoint (``specials`` must hold [BOS], [EOS]
-    and [PAD]); shared by waste.tools.synth and synth_k3."""
-    import base64
-
-    lines = [f"{base64.b64encode(t).decode()} {i}" for i, t in enumerate(ranks)]
-    (out / "tiktoken.model").write_text("\n".join(lines) + "\n")
-    decoder = {str(len(ranks) + i): {"content": s, "lstrip": False, "normalized": False,
-                                     "rstrip": False, "single_word": False, "special": True}
-               for i, s in enumerate(specials)}
-    config = {"added_tokens_decoder": decoder, "bos_token": "[BOS]", "eos_token": "[EOS]",
-              "pad_token": "[PAD]", "model_max_length": 1048576,
-              "tokenizer_class": "TikTokenTokenizer"}
-    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
-
-
 def _matrix_format(name: str, shape: tuple[int, ...], g: Geometry) -> tuple[str, int]:
     if g.dtype not in ("int8", "int4"):
         return g.dtype, 0

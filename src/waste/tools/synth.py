@@ -33,8 +33,8 @@ import numpy as np
 
 from waste.tools.bpe_train import train_ranks
 from waste.tools.container import ContainerError, to_bf16_bits
-from waste.tools.make_container import (CORPUS, Geometry, add_geometry_flags, draw,  # noqa: F401 (re-exported)
-                                        geometry_from_flags, random_tensor, write_hf_tokenizer)
+from waste.tools.hf_files import draw, write_tokenizer
+from waste.tools.make_container import (CORPUS, Geometry, add_geometry_flags, geometry_from_flags)
 
 TRANSFORMERS_VERSION = "5.23.0"
 # Moonshot's names for the specials it uses most; [BOS] and [EOS] are the config's ids.
@@ -160,11 +160,6 @@ def write_shard(path: Path, specs: list[Spec], tensors: Iterator[np.ndarray], dt
     return at
 
 
-def write_tokenizer(out: Path, ranks: list[bytes], specials: tuple[str, ...] = SPECIALS) -> None:
-    """``tiktoken.model`` and ``tokenizer_config.json`` (make_container.write_hf_tokenizer)."""
-    write_hf_tokenizer(out, ranks, specials)
-
-
 def _dump(path: Path, obj: dict) -> None:
     path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
@@ -203,7 +198,7 @@ def synthesize(out: str | Path, *, geometry: Geometry | None = None, seed: int =
         _dump(tmp / "model.safetensors.index.json",
               {"metadata": {"total_parameters": params, "total_size": total},
                "weight_map": dict(sorted(weight_map.items()))})
-        write_tokenizer(tmp, ranks)
+        write_tokenizer(tmp, ranks, SPECIALS)
         if out.exists():
             shutil.rmtree(out)
         tmp.rename(out)

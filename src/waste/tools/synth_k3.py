@@ -31,6 +31,7 @@ import attrs
 import numpy as np
 
 from waste.tools.container import ContainerError, to_bf16_bits
+from waste.tools.hf_files import draw, write_tokenizer
 from waste.tools.make_container import XTML_SPECIALS, Geometry, random_tensor
 
 MXFP4_FORMAT = "mxfp4-pack-quantized"
@@ -267,8 +268,6 @@ def _packed_experts(specs: list[Spec], seed: int, torch) -> dict[str, tuple[np.n
 
 def _entries(specs: list[Spec], seed: int, g: Geometry, bias_std: float, torch):
     """(name, st dtype, shape, bytes-or-f32 array) for every tensor of a shard, in order."""
-    from waste.tools.make_container import draw
-
     experts = _packed_experts(specs, seed, torch)
     for name, shape, kind in specs:
         if kind == "expert":
@@ -315,7 +314,6 @@ def synthesize_k3(out: str | Path, *, geometry: Geometry, options: K3Options, se
     """
     from waste.tools.bpe_train import train_ranks
     from waste.tools.make_container import CORPUS
-    from waste.tools.make_container import write_hf_tokenizer
 
     g, k, out = geometry, options, Path(out)
     if dtype not in ST_DTYPES:
@@ -347,7 +345,7 @@ def synthesize_k3(out: str | Path, *, geometry: Geometry, options: K3Options, se
                 weight_map[full] = file
         (tmp / "model.safetensors.index.json").write_text(json.dumps(
             {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}, indent=2) + "\n")
-        write_hf_tokenizer(tmp, ranks, SPECIALS)
+        write_tokenizer(tmp, ranks, SPECIALS)
         if out.exists():
             shutil.rmtree(out)
         tmp.rename(out)
