@@ -43,10 +43,9 @@ def server():
         yield base
 
 
-@pytest.fixture(scope="module")
-def run(server):
+def schemathesis_run(base: str, config: dict) -> tuple[list[str], dict[str, Counter]]:
     """One schemathesis run over every operation: (failures, responses per operation)."""
-    schema = schemathesis.openapi.from_url(f"{server}/openapi.json", config=SchemathesisConfig.from_dict(CONFIG))
+    schema = schemathesis.openapi.from_url(f"{base}/openapi.json", config=SchemathesisConfig.from_dict(config))
     failures: list[str] = []
     seen: dict[str, Counter] = {}
     for event in from_schema(schema).execute():
@@ -65,6 +64,11 @@ def run(server):
                     failures.append(f"{event.label}: {node.name}: {node.failure_info.failure}\n"
                                     f"{node.failure_info.code_sample}")
     return failures, seen
+
+
+@pytest.fixture(scope="module")
+def run(server):
+    return schemathesis_run(server, CONFIG)
 
 
 def test_server_conforms_to_its_document(run):
@@ -106,6 +110,20 @@ def test_document_covers_every_route_and_is_valid_openapi_3_1(server):
     for name, sub in doc["components"]["schemas"].items():
         resolved = {**sub, "components": doc["components"]}
         jsonschema.Draft202012Validator(resolved)  # raises on an invalid schema
+
+
+def test_with_an_api_key_every_refusal_is_documented_too():
+    """A server started with --api-key: schemathesis sends no key, so every keyed route answers
+    401 (with WWW-Authenticate, and x-request-id on the completion routes) as documented."""
+    config = dict(CONFIG, generation=dict(CONFIG["generation"], **{"max-examples": 5}))
+    with running(fake(), Settings(fake_engine="builtin", api_key="sekret")) as (base, app):
+        failures, seen = schemathesis_run(base, config)
+    assert not failures, "\n\n".join(dict.fromkeys(failures))
+    statuses = {label: {status for status, _ in counter} for label, counter in seen.items()}
+    # 405 (a wrong method) is decided before the key (docs/HTTP.md §2.1).
+    assert statuses["POST /v1/chat/completions"] == {401, 405}
+    assert statuses["GET /metrics"] == {401, 405}
+    assert 200 in statuses["GET /health"] and 200 in statuses["GET /docs"]
 
 
 def test_errors_are_documented_in_the_envelope(server):
