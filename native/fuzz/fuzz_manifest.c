@@ -17,13 +17,21 @@
         if (!(cond)) { fprintf(stderr, "property failed %s:%d: %s\n", __FILE__, __LINE__, #cond); abort(); } \
     } while (0)
 
-static char dir[] = "/tmp/waste-fuzzman-XXXXXX";
+/* Many small writes per input: in RAM (/dev/shm) when there is one, else /tmp. */
+static char dir[64];
+
+static void make_dir(void) {
+    snprintf(dir, sizeof dir, "/dev/shm/waste-fuzzman-XXXXXX");
+    if (mkdtemp(dir)) return;
+    snprintf(dir, sizeof dir, "/tmp/waste-fuzzman-XXXXXX");
+    REQUIRE(mkdtemp(dir) != NULL);
+}
 
 static void cleanup(void) { tk_remove_container(dir); }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc; (void)argv;
-    REQUIRE(mkdtemp(dir) != NULL);
+    make_dir();
     REQUIRE(tk_write_container(dir) == 0);
     atexit(cleanup);
     return 0;

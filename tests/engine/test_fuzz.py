@@ -1,4 +1,5 @@
-"""The libFuzzer targets (native/fuzz/: tokenizer, manifest reader, JSON reader) build with
+"""The libFuzzer targets (native/fuzz/: tokenizer, manifest reader, JSON reader, tokenizer
+files) build with
 clang under ASan + UBSan and run a short smoke from the committed seeds (which include the
 inputs of every crash fixed so far): any crash, sanitizer report, leak or failed property
 fails the test. Long runs are ``make fuzz`` (README, "Fuzzing"). clang comes from ``make
@@ -19,7 +20,7 @@ SMOKE_RUNS = 4000
 
 
 def test_every_target_has_seeds_and_a_dictionary():
-    assert TARGETS == ["fuzz_json", "fuzz_manifest", "fuzz_tokenizer"]
+    assert TARGETS == ["fuzz_json", "fuzz_manifest", "fuzz_tokenizer", "fuzz_tokfiles"]
     for target in TARGETS:
         assert any((NATIVE / "fuzz" / "corpus" / target).iterdir()), target
         assert (NATIVE / "fuzz" / f"{target}.dict").is_file(), target
