@@ -1,8 +1,7 @@
 """The libFuzzer targets (native/fuzz/: tokenizer, manifest reader, JSON reader, tokenizer
-files) build with
-clang under ASan + UBSan and run a short smoke from the committed seeds (which include the
-inputs of every crash fixed so far): any crash, sanitizer report, leak or failed property
-fails the test. Long runs are ``make fuzz`` (README, "Fuzzing"). clang comes from ``make
+files) build with clang under ASan + UBSan and run a short smoke from the committed seeds
+(which include the inputs of every crash fixed so far): any crash, sanitizer report, leak or
+failed property fails the test. Long runs are ``make fuzz`` (README, "Fuzzing"). clang comes from ``make
 fuzz-deps`` (run by ``make test``); without it the test says what is missing (a failure
 under ``WASTE_REQUIRE_ORACLE=1``)."""
 
