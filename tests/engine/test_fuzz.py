@@ -46,3 +46,15 @@ def test_fuzz_smoke(fuzz_built, target):
         assert bad not in out, out[-6000:]
     done = re.search(r"#\d+\s+DONE\s+cov: (\d+) ft: (\d+)", out)
     assert done and int(done.group(1)) > 0, out[-3000:]
+
+
+def test_a_failing_input_fails_the_smoke(fuzz_built, tmp_path):
+    """The smoke's failure path works: a seed that trips libFuzzer (here a malloc over a 1 MiB
+    limit: the JSON reader allocates ~70 bytes of DOM per input byte) stops `make fuzz-smoke`
+    with a non-zero status and the report this test looks for."""
+    (tmp_path / "big.json").write_text("[" + "0," * 20000 + "0]")
+    proc = subprocess.run(["make", "-C", str(NATIVE), "fuzz-smoke", "FUZZ_TARGETS=fuzz_json", "SMOKE_RUNS=10",
+                           f"FUZZ_ARGS=-malloc_limit_mb=1 {tmp_path}"], capture_output=True, text=True, timeout=600)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-3000:]
+    assert "out-of-memory (malloc(" in out, out[-3000:]
