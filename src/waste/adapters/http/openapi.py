@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import html
 import json
+import re
 from importlib import resources
 
 from quart import Response
@@ -37,6 +38,11 @@ def document_json() -> str:
 
 def _e(value: object) -> str:
     return html.escape(str(value), quote=True)
+
+
+def _text(value: object) -> str:
+    """Escaped prose, with the document's `code` spans as <code>."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", _e(value))
 
 
 def _ref_name(ref: str) -> str:
@@ -79,7 +85,7 @@ def _schema_table(schema: dict) -> str:
     required = set(schema.get("required") or ())
     rows = "".join(
         f"<tr><td><code>{_e(name)}</code>{' <b>required</b>' if name in required else ''}</td>"
-        f"<td>{_type_text(sub)}</td><td>{_e(sub.get('description', '')) if isinstance(sub, dict) else ''}</td></tr>"
+        f"<td>{_type_text(sub)}</td><td>{_text(sub.get('description', '')) if isinstance(sub, dict) else ''}</td></tr>"
         for name, sub in props.items())
     return f"<table><tr><th>field</th><th>type</th><th>notes</th></tr>{rows}</table>"
 
@@ -94,22 +100,26 @@ def _operation(doc: dict, path: str, method: str, op: dict) -> str:
     out = [f'<section class="op" id="op-{anchor}"><h3><span class="m">{_e(method.upper())}</span> '
            f"<code>{_e(path)}</code> — {_e(op.get('summary', ''))}</h3>"]
     if op.get("description"):
-        out.append(f"<p>{_e(op['description'])}</p>")
+        out.append(f"<p>{_text(op['description'])}</p>")
     security = op.get("security", doc.get("security"))
     out.append("<p>No key needed.</p>" if security == [] else
                "<p>Key: <code>Authorization: Bearer &lt;key&gt;</code> or <code>X-Api-Key</code>, "
                "when the server runs with <code>--api-key</code>.</p>")
     for param in op.get("parameters", ()):
-        out.append(f"<p>Path parameter <code>{_e(param['name'])}</code>: {_e(param.get('description', ''))}</p>")
+        out.append(f"<p>Path parameter <code>{_e(param['name'])}</code>: {_text(param.get('description', ''))}</p>")
     body = op.get("requestBody")
     if body:
-        out.append(f"<h4>Request body</h4><p>{_e(body.get('description', ''))}</p>{_content(body.get('content'))}")
+        out.append(f"<h4>Request body</h4><p>{_text(body.get('description', ''))}</p>{_content(body.get('content'))}")
+        for media in (body.get("content") or {}).values():
+            for name, example in (media.get("examples") or {}).items():
+                out.append(f"<p>Example <i>{_e(name)}</i>:</p>"
+                           f"<pre>{_e(json.dumps(example.get('value'), indent=1, ensure_ascii=False))}</pre>")
     out.append("<h4>Responses</h4><table><tr><th>status</th><th>meaning</th><th>body</th><th>headers</th></tr>")
     for status, resp in op.get("responses", {}).items():
         if "$ref" in resp:
             resp = doc["components"]["responses"][_ref_name(resp["$ref"])]
         headers = ", ".join(f"<code>{_e(h)}</code>" for h in (resp.get("headers") or {}))
-        out.append(f"<tr><td>{_e(status)}</td><td>{_e(resp.get('description', ''))}</td>"
+        out.append(f"<tr><td>{_e(status)}</td><td>{_text(resp.get('description', ''))}</td>"
                    f"<td>{_content(resp.get('content'))}</td><td>{headers}</td></tr>")
     out.append("</table></section>")
     return "".join(out)
@@ -117,7 +127,8 @@ def _operation(doc: dict, path: str, method: str, op: dict) -> str:
 
 _STYLE = """
 body{font:15px/1.45 system-ui,sans-serif;max-width:70em;margin:2em auto;padding:0 1em;color:#222}
-code{font-family:ui-monospace,monospace;background:#f3f3f3;padding:0 .2em}
+code,pre{font-family:ui-monospace,monospace;background:#f3f3f3;padding:0 .2em}
+pre{padding:.5em;overflow-x:auto}
 table{border-collapse:collapse;margin:.5em 0 1em;width:100%}
 td,th{border:1px solid #ddd;padding:.3em .5em;text-align:left;vertical-align:top}
 th{background:#f7f7f7}.m{display:inline-block;min-width:3.5em;color:#fff;background:#456;
@@ -143,13 +154,13 @@ def docs_html() -> str:
     schemas = []
     for name, schema in doc["components"]["schemas"].items():
         schemas.append(f'<section id="schema-{_e(name)}"><h3>{_e(name)}</h3>'
-                       f"<p>{_e(schema.get('description', ''))}</p>"
+                       f"<p>{_text(schema.get('description', ''))}</p>"
                        f"<p>{_type_text({k: v for k, v in schema.items() if k != 'properties'})}</p>"
                        f"{_schema_table(schema)}</section>")
     return (f"<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{_e(info['title'])} {_e(info['version'])} — HTTP API</title><style>{_STYLE}</style></head>"
             f"<body><h1>{_e(info['title'])} {_e(info['version'])} — HTTP API</h1>"
-            f"<p>{_e(info.get('description', ''))}</p>"
+            f"<p>{_text(info.get('description', ''))}</p>"
             f'<p>Machine-readable: <a href="/openapi.json">/openapi.json</a> (OpenAPI {_e(doc["openapi"])}).</p>'
             f"<nav><h2>Routes</h2><ul>{''.join(index)}</ul></nav>"
             f"<h2>Operations</h2>{''.join(ops)}<h2>Schemas</h2>{''.join(schemas)}</body></html>")
