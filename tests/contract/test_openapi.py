@@ -6,6 +6,7 @@ against the fake engine on a real socket (docs/HTTP.md; README "API documents").
 from __future__ import annotations
 
 import re
+import threading
 from collections import Counter
 
 import httpx
@@ -14,6 +15,7 @@ import pytest
 from tests.contract.serving import fake, running
 from waste.adapters.http import openapi
 from waste.app import Settings
+from waste.domain.engine import EngineError
 
 schemathesis = pytest.importorskip("schemathesis", reason="schemathesis is a test dependency (pip install -e '.[test]')")
 from schemathesis.config import SchemathesisConfig  # noqa: E402
@@ -124,6 +126,36 @@ def test_with_an_api_key_every_refusal_is_documented_too():
     assert statuses["POST /v1/chat/completions"] == {401, 405}
     assert statuses["GET /metrics"] == {401, 405}
     assert 200 in statuses["GET /health"] and 200 in statuses["GET /docs"]
+
+
+@pytest.mark.parametrize("state", ["loading", "failed"])
+def test_an_unready_server_answers_as_documented(state):
+    """While the engine loads (503 `engine_loading`) and after a failed load (500
+    `engine_error`, /health 503 `failed`): a short run with every check but "no 5xx", which
+    these states answer by design."""
+    gate = threading.Event()
+
+    def loader():
+        if state == "failed":
+            raise EngineError(-2, "manifest.json: format_version 999 is not 1")
+        gate.wait(60)
+        engine = fake()
+        return engine, engine
+
+    checks = {name: {"enabled": name != "not_a_server_error"} for name in CHECKS}
+    config = dict(CONFIG, generation=dict(CONFIG["generation"], **{"max-examples": 3}),
+                  checks={"enabled": False, **checks})
+    try:
+        with running(loader, Settings(fake_engine="builtin"), wait_ready=state == "failed") as (base, app):
+            failures, seen = schemathesis_run(base, config)
+            gate.set()
+    finally:
+        gate.set()
+    assert not failures, "\n\n".join(dict.fromkeys(failures))
+    expected = 503 if state == "loading" else 500
+    statuses = {label: {status for status, _ in counter} for label, counter in seen.items()}
+    assert expected in statuses["POST /v1/chat/completions"] and expected in statuses["POST /tokenize"]
+    assert 503 in statuses["GET /health"] and 200 in statuses["GET /metrics"]
 
 
 def test_errors_are_documented_in_the_envelope(server):
