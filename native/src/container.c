@@ -281,7 +281,7 @@ static int32_t parse_tensors(const wj_val *arr, wc_container *c, char *err, uint
         TRY(get_u64(v, "length", where, &t->length, err, cap));
         TRY(get_bool(v, "on_disk", where, &t->on_disk, err, cap));
         /* Only the input embedding is read row by row; every other tensor is used whole, so
-         * it must be resident (engine.md §3). */
+         * it must be resident (docs/ENGINE.md §3). */
         if (t->on_disk && strcmp(t->name, "embed")) {
             wu_errf(err, cap, "manifest.json: %s: on_disk is allowed only for the input embedding (embed)", where);
             return WASTE_E_FORMAT;

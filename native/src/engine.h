@@ -1,5 +1,7 @@
-/* engine.h — the context and the components that work on it: model binding and forward
- * pass (model.c), the expert store (experts.c), the sampler (sampler.c). Not public. */
+/* engine.h — the context (struct waste_ctx) and the components that work on it: model
+ * binding and forward pass (model.c), the expert store (experts.c), the hotlist
+ * (hotlist.c), the sampler (sampler.c). Not public. Their shared utilities (error detail,
+ * memory accounting, busy guard) are in context.h. */
 #ifndef WASTE_ENGINE_H
 #define WASTE_ENGINE_H
 
@@ -25,7 +27,7 @@ typedef struct {
     const float *router_bias;
 } wm_layer;
 
-/* Expert slots (engine.md §5). The per-slot arrays and the (bank, expert) tables are all
+/* Expert slots (docs/ENGINE.md §5). The per-slot arrays and the (bank, expert) tables are all
  * sized for every expert of the container (n_all), so their bytes are a fixed part of the
  * plan's state and the budget holds exactly; only n_slots of the slot entries are used. */
 typedef struct {
@@ -156,12 +158,5 @@ typedef struct { uint64_t s[4]; } ws_rng;
 void ws_seed(ws_rng *r, uint64_t seed);
 double ws_uniform(ws_rng *r);
 int32_t ws_sample(waste_ctx *ctx, const float *logits, uint32_t n, const waste_gen_params *p, ws_rng *r, float *logprob);
-
-/* memory accounting (api.c): every engine allocation that scales with the model */
-void wx_mem_add(waste_ctx *ctx, uint64_t bytes);
-void wx_mem_sub(waste_ctx *ctx, uint64_t bytes);
-
-/* ctx error helper */
-void wx_err(waste_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #endif

@@ -1,8 +1,9 @@
-/* internal.h — shared declarations between libwaste's components (not public).
- *
- * Components: util (crc, fp16, errors, clocks), numerics (exp, log), json (bounded parser), container
- * (manifest, trunk, banks, records), kernels (dot products + dispatch), pool (fork-join
- * threads), model (forward pass), sampler, api (the public functions in waste.h).
+/* internal.h — what libwaste's base layer offers (not public): util (crc, fp16, errors,
+ * clocks), numerics (exp, log), json (bounded parser), weight formats, kernels (dot
+ * products + dispatch), pool (fork-join threads), container (manifest, trunk, banks,
+ * records). None of them knows waste_ctx. The layers above have their own headers
+ * (engine.h, context.h, sysinfo.h, open.h, session.h, snapshot.h); native/README.md
+ * draws who may call whom.
  */
 #ifndef WASTE_INTERNAL_H
 #define WASTE_INTERNAL_H
@@ -49,7 +50,7 @@ void wu_write_u64le(uint8_t *p, uint64_t v);
 void wu_write_u32le(uint8_t *p, uint32_t v);
 void *wu_aligned_alloc(uint64_t align, uint64_t size); /* zeroed; free with free() */
 
-/* ---- numerics.c: the engine's own transcendentals (engine.md §4.3) --------------- */
+/* ---- numerics.c: the engine's own transcendentals (docs/ENGINE.md §4.3) ---------- */
 double wn_exp(double x);
 double wn_log(double x);
 float wn_expf(float x);   /* (float)wn_exp(x) */

@@ -1,4 +1,4 @@
-/* model.c — the kimi_linear forward pass (engine.md §4.1): binding tensors by canonical
+/* model.c — the kimi_linear forward pass (docs/ENGINE.md §4.1): binding tensors by canonical
  * name, memory sizing (§5), state, and evaluation of a chunk of tokens.
  *
  * A chunk runs layer-major: for each layer the mixer walks the chunk's tokens in order
@@ -14,12 +14,13 @@
 #include <string.h>
 
 #include "engine.h"
+#include "sysinfo.h"
 
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
 #define MAX(a, b) ((a) > (b) ? (a) : (b))
 
 /* ==== sizing ======================================================================= */
-/* Overflow-checked u64 arithmetic (engine.md §3): each helper records the first overflow
+/* Overflow-checked u64 arithmetic (docs/ENGINE.md §3): each helper records the first overflow
  * in *ovf (the value then saturates), and the caller names the quantity that overflowed. */
 static uint64_t cmul(uint64_t a, uint64_t b, int *ovf) { uint64_t r; if (!wu_mul(a, b, &r)) { *ovf = 1; return UINT64_MAX; } return r; }
 static uint64_t cadd(uint64_t a, uint64_t b, int *ovf) { uint64_t r; if (!wu_add(a, b, &r)) { *ovf = 1; return UINT64_MAX; } return r; }
@@ -107,7 +108,7 @@ int32_t wm_sizing_compute(const wc_container *c, uint32_t ctx_tokens, uint32_t c
     /* floor + 3·WS may exceed u64 only when it exceeds all_cached too: saturate, min() wins. */
     int wide = 0;
     s->recommended = MIN(cadd(s->floor, cmul(3, s->working_set, &wide), &wide), all_cached);
-    s->usable = waste_usable_ram();
+    s->usable = wsys_usable_ram();
     uint64_t three_q = s->usable / 4 * 3;
     s->auto_budget = MAX(s->floor, MIN(three_q, s->recommended));
     if (budget_cfg == 0) {

@@ -1,4 +1,4 @@
-/* numerics.c — the engine's own exp and log (engine.md §4.3: "Transcendentals are the
+/* numerics.c — the engine's own exp and log (docs/ENGINE.md §4.3: "Transcendentals are the
  * engine's own"), so logits do not depend on which libm the host links.
  *
  * Both are computed in double with the classic fdlibm reductions and minimax coefficients
