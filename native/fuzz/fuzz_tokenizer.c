@@ -11,6 +11,8 @@
  * invalid UTF-8 (an independent validator below) is E_ARG and valid text is OK;
  * detokenize(tokenize(text)) == text in both modes; plain mode never yields a special;
  * a short buffer gives E_SPACE with the same count; arbitrary ids detokenize or give E_ARG.
+ * With -waste_long=1 (a slower campaign), flags 0x30 repeat the text past 26,000 code points
+ * so Kimi's 25,000 code-point run limit cuts it.
  * A failed property aborts, which libFuzzer reports as a crash with the input saved. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +25,11 @@
 #define FLAG_BOS 2u
 #define FLAG_SHORT 4u
 #define FLAG_IDS 8u   /* also detokenize the text's bytes read as ids */
+#define FLAG_LONG 0x30u   /* with -waste_long=1: both bits repeat the text past Kimi's 25,000
+                           * code-point run limit, so the pre-chunking splits are exercised */
+#define LONG_CODE_POINTS 26000u
+
+static int long_mode;   /* -waste_long=1 on the command line (slow: a separate campaign) */
 
 static wt_tokenizer *rich;
 static waste_ctx *api;
@@ -93,7 +100,7 @@ static void write_rich(const char *dir) {
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
-    (void)argc; (void)argv;
+    for (int i = 1; i < *argc; i++) if (!strcmp((*argv)[i], "-waste_long=1")) long_mode = 1;
     char dir[] = "/tmp/waste-fuzztok-XXXXXX";
     REQUIRE(mkdtemp(dir) != NULL);
     REQUIRE(tk_write_container(dir) == 0);
@@ -194,9 +201,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     unsigned flags = data[0];
     const char *text = (const char *)data + 1;
     size_t len = size - 1;
-    /* A copy exactly len bytes long, so ASan sees any read past the end of the text. */
-    char *copy = malloc(len ? len : 1);
-    memcpy(copy, text, len);
+    char *copy;
+    size_t code_points = 0;
+    for (size_t i = 0; i < len; i++) code_points += ((uint8_t)text[i] & 0xC0) != 0x80;
+    if (long_mode && (flags & FLAG_LONG) == FLAG_LONG && code_points > 0) {
+        size_t reps = (LONG_CODE_POINTS + code_points - 1) / code_points;
+        copy = malloc(reps * len);
+        for (size_t r = 0; r < reps; r++) memcpy(copy + r * len, text, len);
+        len *= reps;
+    } else {
+        /* A copy exactly len bytes long, so ASan sees any read past the end of the text. */
+        copy = malloc(len ? len : 1);
+        memcpy(copy, text, len);
+    }
     int valid = utf8_valid((const uint8_t *)copy, len);
     REQUIRE(valid == (wt_utf8_invalid_at(copy, len) == UINT64_MAX));
     check_rich(copy, len, (flags & FLAG_MARKUP) != 0, valid, (flags & FLAG_SHORT) != 0);

@@ -58,3 +58,15 @@ def test_a_failing_input_fails_the_smoke(fuzz_built, tmp_path):
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-3000:]
     assert "out-of-memory (malloc(" in out, out[-3000:]
+
+
+def test_long_text_smoke(fuzz_built):
+    """fuzz_tokenizer's -waste_long=1 campaign: texts repeated past Kimi's 25,000 code-point run
+    limit, so the pre-chunking cuts (and specials split by a cut) are fuzzed too."""
+    proc = subprocess.run(["make", "-C", str(NATIVE), "fuzz-smoke", "FUZZ_TARGETS=fuzz_tokenizer",
+                           "SMOKE_RUNS=300", "FUZZ_ARGS=-waste_long=1"], capture_output=True, text=True, timeout=900)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-6000:]
+    assert "Done 300 runs" in out, out[-3000:]
+    for bad in ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:", "property failed", "deadly signal"):
+        assert bad not in out, out[-6000:]
