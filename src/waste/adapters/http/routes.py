@@ -15,7 +15,7 @@ from quart import Response, request
 from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound
 
 import waste
-from waste.adapters.http import generation
+from waste.adapters.http import generation, openapi
 from waste.adapters.http.errors import ApiError, envelope, to_api_error
 from waste.adapters.http.exchange import release_when_exchange_ends
 from waste.adapters.http.state import ServerState
@@ -24,6 +24,7 @@ from waste.domain.errors import InvalidRequest
 from waste.domain.ports import ModelInfo
 
 COMPLETION_ROUTES = ("/v1/chat/completions", "/v1/completions")
+KEYLESS_ROUTES = ("/health", "/openapi.json", "/docs")
 _CLOSE = (("Connection", "close"),)
 _CORS_HEADERS = "Authorization, Content-Type, X-Api-Key"
 
@@ -54,6 +55,8 @@ def register(app, state: ServerState) -> None:
         ("/metrics", ["GET"], _metrics),
         ("/tokenize", ["POST"], _tokenize),
         ("/detokenize", ["POST"], _detokenize),
+        ("/openapi.json", ["GET"], openapi.openapi_json),
+        ("/docs", ["GET"], openapi.docs_page),
     ]
     for rule, methods, view in routes:
         app.add_url_rule(rule, view.__name__, _bind(view, state),
@@ -121,7 +124,7 @@ def _guards(state: ServerState):
     config = state.config
     if request.method == "OPTIONS" and config.cors_origins:
         return _preflight(state)
-    if request.path != "/health" and config.api_key:
+    if request.path not in KEYLESS_ROUTES and config.api_key:
         _check_key(config.api_key)
     if request.method == "POST":
         length = request.headers.get("Content-Length")
