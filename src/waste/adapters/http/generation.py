@@ -52,10 +52,7 @@ async def chat_completions(state: ServerState) -> Response:
     fmt.require_usable()
     req = parse_chat_request(body)
     fmt.check_request(req)
-    # Decoding up to 8 × 50 MP must not stall the event loop (/health answers at once).
-    images = await trio.to_thread.run_sync(functools.partial(
-        state.decode_images, req.image_parts, vision=state.config.vision and info.vision,
-        allow_local=state.config.allow_local_images))
+    images = await _decode_images(state, req, vision=info.vision) if req.image_parts else []
     plan = fmt.plan(req, default_thinking=state.config.thinking_default,
                     image_sizes=[(i.width, i.height) for i in images])
     prompt = await state.tokenize_segments(plan.segments)
@@ -64,6 +61,15 @@ async def chat_completions(state: ServerState) -> Response:
     job = Job(prompt=prompt, params=params, images=tuple(images), ctx_param="messages",
               assembler=ReplyAssembler.create(plan.new_reader(), req.stop))
     return await _answer(state, job, req, "chatcmpl-", ChatChunks, chat_response)
+
+
+async def _decode_images(state: ServerState, req, *, vision: bool) -> list:
+    """Decoding up to 8 × 50 MP runs in a worker thread (the event loop keeps answering),
+    under the image path's own limiter: a slow image borrows no thread that text-only
+    requests or the tokenizer need. A text-only request never comes here."""
+    return await trio.to_thread.run_sync(functools.partial(
+        state.decode_images, req.image_parts, vision=state.config.vision and vision,
+        allow_local=state.config.allow_local_images), limiter=state.image_limiter)
 
 
 async def completions(state: ServerState) -> Response:

@@ -21,6 +21,7 @@ from waste.domain.segments import Segment
 from waste.service import EngineLoadFailed, EngineLoading, GenerationService, ShuttingDown
 
 log = logging.getLogger("waste")
+IMAGE_THREADS = 2  # concurrent image decodes; more would only compete for the same cores
 
 
 @attrs.define(eq=False)
@@ -34,6 +35,9 @@ class ServerState:
     chat_format: ChatFormat = attrs.field(factory=lambda: NoFormat("the engine has not loaded"))
     info: ModelInfo | None = None
     completed_requests: int = 0
+    # Image decoding's own threads (docs/HTTP.md §7): never trio's default pool.
+    image_limiter: trio.CapacityLimiter = attrs.field(
+        factory=lambda: trio.CapacityLimiter(IMAGE_THREADS))
     # Why the container cannot tokenize (it was converted without tokenizer files), or None.
     no_tokenizer: str | None = None
 
