@@ -275,8 +275,7 @@ async def _tokenize(state: ServerState) -> Response:
     if not with_pieces:
         return json_response({"tokens": ids})
     pieces = []
-    for token in ids:
-        raw = await state.call_tokenizer(tok.detokenize, [token])
+    for token, raw in zip(ids, await state.call_tokenizer(tok.detokenize_pieces, ids)):
         try:
             piece: object = raw.decode("utf-8")
         except UnicodeDecodeError:
