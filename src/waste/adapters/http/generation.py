@@ -19,6 +19,7 @@ from quart import Response, request
 
 from waste.adapters.http.errors import envelope, to_api_error
 from waste.adapters.http.exchange import hold
+from waste.adapters.http.metrics import OUTCOME, RequestTimes
 from waste.adapters.http.state import ServerState
 from waste.adapters.http.wire import (SSE_KEEPALIVE, ChatChunks, CompletionChunks,
                                       chat_response, completion_response, dumps, new_id, sse,
@@ -105,16 +106,18 @@ async def _answer(state: ServerState, job: Job, req, id_prefix: str, chunks_type
     return await _blocking(state, job, events, ident, created, req.logprobs, build_response)
 
 
-def _account(state: ServerState, job: Job, done: Finished, queue_ms: float) -> tuple[dict, dict]:
+def _account(state: ServerState, job: Job, done: Finished, queue_ms: float,
+             arrived: float) -> tuple[dict, dict]:
     """Usage and the ``waste`` object for a finished job; counts it in the metrics."""
     result = done.result
     state.completed_requests += 1
-    m = state.metrics
-    m.prompt_tokens += done.prompt_tokens
-    m.generated_tokens += result.tokens_generated
-    m.queue_s += queue_ms / 1000
-    m.prefill_s += result.prefill_ms / 1000
-    m.decode_s += result.decode_ms / 1000
+    first = job.first_token_at
+    state.metrics.observe(RequestTimes(
+        queue_s=queue_ms / 1000, prefill_s=result.prefill_ms / 1000,
+        decode_s=result.decode_ms / 1000,
+        first_token_s=None if first is None else first - arrived,
+        e2e_s=time.perf_counter() - arrived, prompt_tokens=done.prompt_tokens,
+        generated_tokens=result.tokens_generated))
     reader = job.assembler.reader
     reasoning = None if isinstance(reader, TextReader) else job.assembler.reasoning_tokens
     usage_body = usage(done.prompt_tokens, result.tokens_generated, reasoning)
@@ -136,7 +139,8 @@ async def _blocking(state: ServerState, job: Job, events, ident: str, created: i
                 raise event.error
             elif isinstance(event, Finished):
                 job.completed = True
-                usage_body, waste = _account(state, job, event, queue_ms)
+                usage_body, waste = _account(state, job, event, queue_ms,
+                                             request.scope[OUTCOME]["arrived"])
                 finish = job.assembler.finish_reason(event.result.stop_reason)
                 body = build(id=ident, created=created, model=state.config.model_id,
                              assembler=job.assembler, finish_reason=finish,
@@ -149,15 +153,21 @@ async def _blocking(state: ServerState, job: Job, events, ident: str, created: i
 
 
 def _stream(state: ServerState, job: Job, events, chunks, ident: str) -> Response:
-    render = functools.partial(_render_event, state, job, chunks, {"queue_ms": 0.0})
+    # How the stream ends is its status in the metrics: 200 once [DONE] went out, an error
+    # event's status, or (never set) the client left first.
+    outcome = request.scope[OUTCOME]
+    timing = {"queue_ms": 0.0, "outcome": outcome, "arrived": outcome["arrived"]}
+    render = functools.partial(_render_event, state, job, chunks, timing)
 
     async def body():
         try:
             writes = sse_writes(events, render, keepalive_s=state.config.keepalive_s,
-                                first=chunks.first())
+                                first=chunks.first(), on_error=_record_error(outcome))
             async with contextlib.aclosing(writes):
                 async for text in writes:
                     yield text
+                    if timing.get("done"):
+                        outcome["status"] = timing["done"]
         finally:
             state.service.leave(job)
 
@@ -168,9 +178,18 @@ def _stream(state: ServerState, job: Job, events, chunks, ident: str) -> Respons
     return response
 
 
+def _record_error(outcome: dict) -> Callable[[BaseException], None]:
+    def record(exc: BaseException) -> None:
+        outcome["status"] = to_api_error(exc).status
+
+    return record
+
+
 async def sse_writes(events: trio.MemoryReceiveChannel,
                      render: Callable[[object], tuple[str, bool]], *, keepalive_s: float,
-                     first: str = "") -> AsyncIterator[str]:
+                     first: str = "",
+                     on_error: Callable[[BaseException], None] | None = None
+                     ) -> AsyncIterator[str]:
     """What one stream writes: ``first``, then each batch of rendered events, until an event
     renders as done; a late error becomes one SSE event (docs/HTTP.md §4.3).
 
@@ -205,6 +224,8 @@ async def sse_writes(events: trio.MemoryReceiveChannel,
             if done:
                 return
     except Exception as exc:  # a late error is one SSE event, then the stream ends
+        if on_error is not None:
+            on_error(exc)
         yield sse(envelope(to_api_error(exc)))
 
 
@@ -217,10 +238,13 @@ def _render_event(state, job, chunks, timing: dict, event) -> tuple[str, bool]:
         return chunks.outputs(event.outputs), False
     if isinstance(event, Failed):
         job.completed = True
-        return sse(envelope(to_api_error(event.error))), True
+        error = to_api_error(event.error)
+        timing["done"] = error.status
+        return sse(envelope(error)), True
     if isinstance(event, Finished):
         job.completed = True
-        usage_body, waste = _account(state, job, event, timing["queue_ms"])
+        timing["done"] = 200
+        usage_body, waste = _account(state, job, event, timing["queue_ms"], timing["arrived"])
         text = chunks.outputs(event.outputs)
         finish = job.assembler.finish_reason(event.result.stop_reason)
         return text + chunks.final(finish, waste, usage_body), True

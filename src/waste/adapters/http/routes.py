@@ -18,6 +18,7 @@ import waste
 from waste.adapters.http import generation, openapi
 from waste.adapters.http.errors import ApiError, envelope, to_api_error
 from waste.adapters.http.exchange import release_when_exchange_ends
+from waste.adapters.http.metrics import CLIENT_CLOSED, CONTENT_TYPE, OUTCOME, Snapshot
 from waste.adapters.http.state import ServerState
 from waste.adapters.http.wire import dumps, new_id
 from waste.domain.errors import InvalidRequest
@@ -45,7 +46,8 @@ def error_response(err: ApiError) -> Response:
 def register(app, state: ServerState) -> None:
     config = state.config
     cors = bool(config.cors_origins)
-    app.asgi_app = release_when_exchange_ends(app.asgi_app)
+    app.asgi_app = release_when_exchange_ends(_count_when_exchange_ends(app.asgi_app, state))
+    state.metrics.snapshot = lambda: _snapshot(state)
     routes = [
         ("/health", ["GET"], _health),
         ("/v1/models", ["GET"], _models),
@@ -87,6 +89,24 @@ def register(app, state: ServerState) -> None:
         return error_response(api)
 
 
+def _count_when_exchange_ends(asgi_app, state: ServerState):
+    """Count every request once, when its exchange ends: with the status its answer ended
+    with (a stream records its own), or 499 when the client left first."""
+
+    async def app(scope: dict, receive, send) -> None:
+        if scope["type"] != "http":
+            await asgi_app(scope, receive, send)
+            return
+        outcome = scope[OUTCOME] = {"route": "other", "status": None,
+                                    "arrived": time.perf_counter()}
+        try:
+            await asgi_app(scope, receive, send)
+        finally:
+            state.metrics.count_request(outcome["route"], outcome["status"] or CLIENT_CLOSED)
+
+    return app
+
+
 def _bind(view, state):
     async def bound(**kwargs):
         return await view(state, **kwargs)
@@ -115,6 +135,9 @@ def _from_werkzeug(err: HTTPException, body_timeout_s: float) -> ApiError:
 
 def _guards(state: ServerState):
     """docs/HTTP.md §2.1 steps 1–3, run before any view."""
+    url_rule = request.url_rule
+    if url_rule is not None and "//" not in request.scope["path"]:
+        request.scope[OUTCOME]["route"] = url_rule.rule
     if "//" in request.scope["path"]:
         # Paths match exactly (docs/HTTP.md §1). werkzeug would strip leading slashes and merge
         # (or redirect) the others; no route has an empty segment.
@@ -166,10 +189,8 @@ def _preflight(state: ServerState) -> Response:
 
 
 def _after(state: ServerState, response: Response) -> Response:
-    url_rule = request.url_rule
-    exact = url_rule is not None and "//" not in request.scope["path"]
-    rule = url_rule.rule if url_rule is not None and exact else "other"
-    state.metrics.count_request(rule, response.status_code)
+    if response.mimetype != "text/event-stream":  # a stream records how it ended itself
+        request.scope[OUTCOME]["status"] = response.status_code
     if request.path in COMPLETION_ROUTES and "x-request-id" not in response.headers:
         response.headers["x-request-id"] = new_id("req-")
     origin = request.headers.get("Origin")
@@ -237,14 +258,16 @@ async def _model(state: ServerState, model_id: str) -> Response:
 
 
 async def _metrics(state: ServerState) -> Response:
+    return Response(state.metrics.render(), 200, content_type=CONTENT_TYPE)
+
+
+def _snapshot(state: ServerState) -> Snapshot:
     service = state.service
     stats = state.engine.statistics() if service.loaded else None
-    fmt = state.chat_format.name or "none"
     info = {"model": state.config.model_id, "version": waste.__version__,
-            "chat_format": fmt}
-    text = state.metrics.render(cancelled=service.requests_cancelled, queue_depth=service.queue_depth,
-                                running=int(service.running is not None), stats=stats, info=info)
-    return Response(text, 200, content_type="text/plain; version=0.0.4")
+            "chat_format": state.chat_format.name or "none"}
+    return Snapshot(cancelled=service.requests_cancelled, queue_depth=service.queue_depth,
+                    running=int(service.running is not None), stats=stats, info=info)
 
 
 def _bool_field(body: dict, name: str) -> bool:

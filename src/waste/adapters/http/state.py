@@ -29,7 +29,8 @@ class ServerState:
     config: HttpConfig
     service: GenerationService
     decode_images: ImageDecoder
-    metrics: Metrics = attrs.field(factory=Metrics)
+    metrics: Metrics = attrs.field(
+        default=attrs.Factory(lambda self: Metrics(self.config.model_id), takes_self=True))
     started: float = attrs.field(factory=time.monotonic)
     # Until the engine has loaded, no format (requests are refused as loading before).
     chat_format: ChatFormat = attrs.field(factory=lambda: NoFormat("the engine has not loaded"))
