@@ -6,7 +6,11 @@
 2. Malformed HTTP (a bad Content-Length, a garbage request line, a NUL in a header, an
    oversized head) was answered with an empty-body 400/431; it gets the OpenAI error
    envelope like every other error (docs/HTTP.md §5).
-3. A client that half-closes its write side after sending a whole request was treated as
+3. ``H11Protocol._maybe_recycle()`` runs in that same cancelled task, so restarting the
+   keep-alive idle watcher (a ``nursery.start``) was cancelled: an idle keep-alive connection
+   then never closed on shutdown, and hypercorn waited its whole graceful timeout for it.
+   Running it shielded restarts the watcher, which closes idle connections at once.
+4. A client that half-closes its write side after sending a whole request was treated as
    gone and got nothing. Unless the request is a generation (where end-of-input is how a
    departed client shows itself, docs/DECISIONS.md), the answer is now sent first.
 """
@@ -33,6 +37,7 @@ def apply() -> None:
     if getattr(TCPServer._close, _MARK, False):
         return
     _shield_close()
+    _shield_recycle()
     H11Protocol._send_error_response = _send_error_response  # type: ignore[method-assign]
     TCPServer._read_data = _read_data  # type: ignore[method-assign]
 
@@ -47,6 +52,17 @@ def _shield_close() -> None:
 
     setattr(_close, _MARK, True)
     TCPServer._close = _close  # type: ignore[method-assign]  # the patch is the point
+
+
+def _shield_recycle() -> None:
+    original = H11Protocol._maybe_recycle
+
+    @functools.wraps(original)
+    async def _maybe_recycle(self: H11Protocol) -> None:
+        with trio.CancelScope(shield=True):
+            await original(self)
+
+    H11Protocol._maybe_recycle = _maybe_recycle  # type: ignore[method-assign]
 
 
 def malformed_body(status: int) -> bytes:

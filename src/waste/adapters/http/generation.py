@@ -29,11 +29,16 @@ from waste.domain.reply.text import TextReader
 from waste.domain.ports import SamplingParams
 from waste.domain.errors import ContextLengthExceeded, InvalidRequest
 from waste.domain.requests import parse_chat_request, parse_completion_request, parse_json_body
-from waste.service import Failed, Finished, Job, Released, Started
+from waste.service import Failed, Finished, Job, Released, ShuttingDown, Started
 
 
-async def read_json_body() -> dict:
-    raw = await request.get_data(cache=False, as_text=False)
+async def read_json_body(state: ServerState) -> dict:
+    """The request's JSON object. An upload still arriving when shutdown starts is cut off
+    with 503 ``shutting_down`` (a stalled client must not hold the server past its stop)."""
+    with state.upload_scope() as scope:
+        raw = await request.get_data(cache=False, as_text=False)
+    if scope.cancelled_caught:
+        raise ShuttingDown()
     return parse_json_body(raw if isinstance(raw, bytes) else raw.encode("utf-8"))
 
 
@@ -47,7 +52,7 @@ def _sampling(req, prompt_len: int, ctx: int, default_max: int, stop_ids, param:
 
 
 async def chat_completions(state: ServerState) -> Response:
-    body = await read_json_body()
+    body = await read_json_body(state)
     info = state.require_loaded()
     fmt = state.chat_format
     fmt.require_usable()
@@ -74,7 +79,7 @@ async def _decode_images(state: ServerState, req, *, vision: bool) -> list:
 
 
 async def completions(state: ServerState) -> Response:
-    body = await read_json_body()
+    body = await read_json_body(state)
     info = state.require_loaded()
     req = parse_completion_request(body)
     state.require_tokenizer("prompt")

@@ -65,6 +65,10 @@ def register(app, state: ServerState) -> None:
                          methods=methods + (["OPTIONS"] if cors else []),
                          provide_automatic_options=False)
 
+    @app.before_serving
+    async def watch_shutdown() -> None:
+        app.nursery.start_soon(state.cut_uploads_on_shutdown)
+
     @app.before_request
     async def guards():
         return _guards(state)
@@ -280,7 +284,7 @@ def _bool_field(body: dict, name: str) -> bool:
 
 
 async def _tokenize(state: ServerState) -> Response:
-    body = await generation.read_json_body()
+    body = await generation.read_json_body(state)
     info = state.require_loaded()
     content = body.get("content")
     if content is None:
@@ -308,7 +312,7 @@ async def _tokenize(state: ServerState) -> Response:
 
 
 async def _detokenize(state: ServerState) -> Response:
-    body = await generation.read_json_body()
+    body = await generation.read_json_body(state)
     info = state.require_loaded()
     tokens = body.get("tokens")
     if tokens is None:
