@@ -12,7 +12,7 @@ import contextlib
 import functools
 import secrets
 import time
-from typing import AsyncIterator, Callable
+from typing import Any, AsyncIterator, Callable, TypeVar
 
 import trio
 from quart import Response, request
@@ -32,6 +32,10 @@ from waste.domain.requests import parse_chat_request, parse_completion_request, 
 from waste.service import Failed, Finished, Job, Released, ShuttingDown, Started
 
 
+T = TypeVar("T")
+LARGE_BODY_BYTES = 256 * 1024  # above this, parse_work leaves the event loop
+
+
 async def read_json_body(state: ServerState) -> dict:
     """The request's JSON object. An upload still arriving when shutdown starts is cut off
     with 503 ``shutting_down`` (a stalled client must not hold the server past its stop)."""
@@ -39,7 +43,20 @@ async def read_json_body(state: ServerState) -> dict:
         raw = await request.get_data(cache=False, as_text=False)
     if scope.cancelled_caught:
         raise ShuttingDown()
-    return parse_json_body(raw if isinstance(raw, bytes) else raw.encode("utf-8"))
+    data = raw if isinstance(raw, bytes) else raw.encode("utf-8")
+    request.scope[OUTCOME]["body_bytes"] = len(data)
+    return await parse_work(state, parse_json_body, data)
+
+
+async def parse_work(state: ServerState, fn: Callable[..., T], *args: Any) -> T:
+    """Parsing, validating or rendering this request's body: inline for a small body; for
+    a large one (a 7 MB, 200k-message body took 20 s) in a worker thread under the parse
+    limiter, so the event loop keeps answering and large bodies are handled one at a time
+    (memory stays proportional to one of them)."""
+    if request.scope[OUTCOME].get("body_bytes", 0) <= LARGE_BODY_BYTES:
+        return fn(*args)
+    return await trio.to_thread.run_sync(functools.partial(fn, *args),
+                                         limiter=state.parse_limiter)
 
 
 def _sampling(req, prompt_len: int, ctx: int, default_max: int, stop_ids, param: str):
@@ -56,17 +73,23 @@ async def chat_completions(state: ServerState) -> Response:
     info = state.require_loaded()
     fmt = state.chat_format
     fmt.require_usable()
-    req = parse_chat_request(body)
-    fmt.check_request(req)
+    req = await parse_work(state, _parse_chat, fmt, body)
     images = await _decode_images(state, req, vision=info.vision) if req.image_parts else []
-    plan = fmt.plan(req, default_thinking=state.config.thinking_default,
-                    image_sizes=[(i.width, i.height) for i in images])
+    plan = await parse_work(state, functools.partial(
+        fmt.plan, req, default_thinking=state.config.thinking_default,
+        image_sizes=[(i.width, i.height) for i in images]))
     prompt = await state.tokenize_segments(plan.segments)
     params = _sampling(req, len(prompt), info.ctx_tokens, state.config.max_tokens,
                        plan.stop_ids, "messages")
     job = Job(prompt=prompt, params=params, images=tuple(images), ctx_param="messages",
               assembler=ReplyAssembler.create(plan.new_reader(), req.stop))
     return await _answer(state, job, req, "chatcmpl-", ChatChunks, chat_response)
+
+
+def _parse_chat(fmt, body: dict):
+    req = parse_chat_request(body)
+    fmt.check_request(req)
+    return req
 
 
 async def _decode_images(state: ServerState, req, *, vision: bool) -> list:
@@ -81,7 +104,7 @@ async def _decode_images(state: ServerState, req, *, vision: bool) -> list:
 async def completions(state: ServerState) -> Response:
     body = await read_json_body(state)
     info = state.require_loaded()
-    req = parse_completion_request(body)
+    req = await parse_work(state, parse_completion_request, body)
     state.require_tokenizer("prompt")
     tokenizer = state.tokenizer
     prompt = await state.call_tokenizer(tokenizer.tokenize, req.prompt)

@@ -40,6 +40,8 @@ class ServerState:
     # Image decoding's own threads (docs/HTTP.md §7): never trio's default pool.
     image_limiter: trio.CapacityLimiter = attrs.field(
         factory=lambda: trio.CapacityLimiter(IMAGE_THREADS))
+    # Large bodies are parsed and validated in a thread, one at a time (memory stays bounded).
+    parse_limiter: trio.CapacityLimiter = attrs.field(factory=lambda: trio.CapacityLimiter(1))
     # Bodies being read: cancelled when shutdown starts (their requests get 503).
     uploads: set[trio.CancelScope] = attrs.field(factory=set)
     # Why the container cannot tokenize (it was converted without tokenizer files), or None.
