@@ -89,3 +89,12 @@ def test_a_half_closed_client_gets_a_get_answer(address):
     raw = b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n"
     status, _, reply = split(exchange(address, raw, half_close=True))
     assert status == 200 and json.loads(reply)["object"] == "list"
+
+
+@pytest.mark.parametrize("path", ["/v1/models/a%0d%0ab", "/v1/models/x/y", "/v1/models/%0a"])
+def test_any_unknown_model_id_is_model_not_found(address, path):
+    raw = f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode()
+    status, _, body = split(exchange(address, raw))
+    assert status == 404
+    error = json.loads(body)["error"]
+    assert (error["code"], error["param"]) == ("model_not_found", "model")

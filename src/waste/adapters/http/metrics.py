@@ -22,7 +22,8 @@ from waste.domain.ports import EngineStats
 # No ``_created`` twin per series: it doubles the scrape for a value no dashboard reads.
 prometheus_client.disable_created_metrics()
 
-CONTENT_TYPE = prometheus_client.CONTENT_TYPE_LATEST
+# generate_latest writes the 0.0.4 text format (CONTENT_TYPE_LATEST names a newer version).
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OUTCOME = "waste.outcome"  # the ASGI scope key of a request's route, status and arrival
 CLIENT_CLOSED = 499  # the client left before the answer ended (nginx's status for it)
 

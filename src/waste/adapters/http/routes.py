@@ -13,6 +13,7 @@ from typing import Any
 import attrs
 from quart import Response, request
 from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound
+from werkzeug.routing import PathConverter
 
 import waste
 from waste.adapters.http import generation, openapi
@@ -28,6 +29,13 @@ COMPLETION_ROUTES = ("/v1/chat/completions", "/v1/completions")
 KEYLESS_ROUTES = ("/health", "/openapi.json", "/docs")
 _CLOSE = (("Connection", "close"),)
 _CORS_HEADERS = "Authorization, Content-Type, X-Api-Key"
+
+
+class AnyPathConverter(PathConverter):
+    """werkzeug's ``path`` whose ``.`` also matches line breaks: ``/v1/models/a%0d%0a`` is an
+    unknown model like ``/v1/models/x/y``, not an unknown route."""
+
+    regex = r"[^/][\s\S]*?"
 
 
 def json_response(obj: object, status: int = 200, headers=None) -> Response:
@@ -48,10 +56,11 @@ def register(app, state: ServerState) -> None:
     cors = bool(config.cors_origins)
     app.asgi_app = release_when_exchange_ends(_count_when_exchange_ends(app.asgi_app, state))
     state.metrics.snapshot = lambda: _snapshot(state)
+    app.url_map.converters["anypath"] = AnyPathConverter
     routes = [
         ("/health", ["GET"], _health),
         ("/v1/models", ["GET"], _models),
-        ("/v1/models/<path:model_id>", ["GET"], _model),
+        ("/v1/models/<anypath:model_id>", ["GET"], _model),
         ("/v1/chat/completions", ["POST"], generation.chat_completions),
         ("/v1/completions", ["POST"], generation.completions),
         ("/metrics", ["GET"], _metrics),
