@@ -133,6 +133,22 @@ def test_with_an_api_key_every_refusal_is_documented_too():
     assert 200 in statuses["GET /health"] and 200 in statuses["GET /docs"]
 
 
+def test_the_native_engine_answers_as_documented(request):
+    """The same checks against libwaste on the synthetic container (real tokenizer, real
+    generation, the engine's own statistics), with fewer examples: its answers take longer."""
+    from tests.contract.conftest import load_native
+    from tests.contract.engines import serve
+
+    load_native()
+    config = dict(CONFIG, generation=dict(CONFIG["generation"], **{"max-examples": 10}))
+    # A small context bounds every answer (a generated max_tokens is clamped to the room left).
+    with serve("native", request, ctx=128) as served:
+        failures, seen = schemathesis_run(served.base, config)
+    assert not failures, "\n\n".join(dict.fromkeys(failures))
+    statuses = {label: {status for status, _ in counter} for label, counter in seen.items()}
+    assert 200 in statuses["POST /v1/chat/completions"] and 200 in statuses["POST /tokenize"]
+
+
 @pytest.mark.parametrize("state", ["loading", "failed"])
 def test_an_unready_server_answers_as_documented(state):
     """While the engine loads (503 `engine_loading`) and after a failed load (500
