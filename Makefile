@@ -8,7 +8,7 @@ PORT ?= 8000
 HOST ?= 127.0.0.1
 MODEL ?= models/default.waste
 
-.PHONY: setup native serve serve-fake test test-unit test-contract test-engine clean fuzz fuzz-deps
+.PHONY: setup native serve serve-fake test lint test-unit test-contract test-engine clean fuzz fuzz-deps
 
 setup: $(VENV)/.installed
 
@@ -48,8 +48,17 @@ fuzz-deps:
 fuzz: fuzz-deps
 	nice -n 15 $(MAKE) -C native fuzz
 
-# Every test. pytest's exit code 5 (no tests collected) is a failure here, said out loud.
-test: setup fuzz-deps
+# The static gates: ruff (pyflakes, bugbear, async rules) and mypy (strict on waste.domain),
+# both configured in pyproject.toml and pinned in the test extra.
+lint: setup
+	$(VENV)/bin/ruff check src tests
+	$(VENV)/bin/mypy
+
+# Every test, after the static gates (and clang for the fuzz smoke). pytest's exit code 5 (no
+# tests collected) is a failure here, said out loud.
+test: setup
+	$(MAKE) --no-print-directory lint
+	$(MAKE) --no-print-directory fuzz-deps
 	WASTE_REQUIRE_ORACLE=1 $(PY) -m pytest -q; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "FAIL: pytest collected no tests"; exit 1; fi; exit $$rc
 

@@ -5,17 +5,19 @@ against the fake engine on a real socket (docs/HTTP.md; README "API documents").
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 from collections import Counter
 
 import httpx
 import pytest
+import trio
 
 from tests.contract.serving import fake, running
 from waste.adapters.http import openapi
 from waste.app import Settings
-from waste.domain.engine import EngineError
+from waste.domain.ports import EngineFormatError
 
 schemathesis = pytest.importorskip("schemathesis", reason="schemathesis is a test dependency (pip install -e '.[test]')")
 from schemathesis.config import SchemathesisConfig  # noqa: E402
@@ -156,18 +158,18 @@ def test_an_unready_server_answers_as_documented(state):
     these states answer by design."""
     gate = threading.Event()
 
-    def loader():
+    @contextlib.asynccontextmanager
+    async def opener():
         if state == "failed":
-            raise EngineError(-2, "manifest.json: format_version 999 is not 1")
-        gate.wait(60)
-        engine = fake()
-        return engine, engine
+            raise EngineFormatError("manifest.json: format_version 999 is not 1")
+        engine = await trio.to_thread.run_sync(lambda: gate.wait(60) and fake())
+        yield engine, engine
 
     checks = {name: {"enabled": name != "not_a_server_error"} for name in CHECKS}
     config = dict(CONFIG, generation=dict(CONFIG["generation"], **{"max-examples": 3}),
                   checks={"enabled": False, **checks})
     try:
-        with running(loader, Settings(fake_engine="builtin"), wait_ready=state == "failed") as (base, app):
+        with running(opener, Settings(fake_engine="builtin"), wait_ready=state == "failed") as (base, app):
             failures, seen = schemathesis_run(base, config)
             gate.set()
     finally:

@@ -125,7 +125,7 @@ def _shape_fits(got: tuple, shape: tuple, kind: str) -> bool:
 
 
 def _check_shapes(plan: TensorPlan, cfg: dict, st: SafeTensors) -> None:
-    for canon, src, shape, kind in plan.trunk:
+    for _canon, src, shape, kind in plan.trunk:
         if not _shape_fits(st.shape(src), shape, kind):
             raise ConvertError(f"tensor {src}: shape {list(st.shape(src))}, expected {list(shape)}")
     H, Im = cfg["hidden_size"], cfg["moe_intermediate_size"]

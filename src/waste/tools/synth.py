@@ -10,7 +10,7 @@ and ``tokenizer_config.json``. Both ``waste.tools.convert`` and llama.cpp's
 Tensors are drawn one at a time from their own seeded stream (so same seed and flags give
 byte-identical files) and streamed into one shard per layer: memory stays at one tensor.
 ``e_score_correction_bias`` is drawn with standard deviation ``--bias-std``, which skews the
-routing toward some experts (engine.md §8 "Routing skew").
+routing toward some experts (docs/ENGINE.md §8 "Routing skew").
 """
 
 from __future__ import annotations
