@@ -33,12 +33,6 @@ serve: setup $(MODEL)
 serve-fake: setup
 	$(PY) -m waste --fake-engine --host $(HOST) --port $(PORT)
 
-# The static gates: ruff (pyflakes, bugbear, async rules) and mypy (strict on waste.domain),
-# both configured in pyproject.toml and pinned in the test extra.
-lint: setup
-	$(VENV)/bin/ruff check src tests
-	$(VENV)/bin/mypy
-
 # clang with libFuzzer for the fuzz targets (native/fuzz/): installed with apt-get when
 # missing and we are root (CI: a fresh Debian machine); otherwise said, and the fuzz smoke
 # test reports the missing prerequisite.
@@ -54,10 +48,17 @@ fuzz-deps:
 fuzz: fuzz-deps
 	nice -n 15 $(MAKE) -C native fuzz
 
-# Every test, after the static gates. pytest's exit code 5 (no tests collected) is a failure
-# here, said out loud.
-test: setup fuzz-deps
+# The static gates: ruff (pyflakes, bugbear, async rules) and mypy (strict on waste.domain),
+# both configured in pyproject.toml and pinned in the test extra.
+lint: setup
+	$(VENV)/bin/ruff check src tests
+	$(VENV)/bin/mypy
+
+# Every test, after the static gates (and clang for the fuzz smoke). pytest's exit code 5 (no
+# tests collected) is a failure here, said out loud.
+test: setup
 	$(MAKE) --no-print-directory lint
+	$(MAKE) --no-print-directory fuzz-deps
 	WASTE_REQUIRE_ORACLE=1 $(PY) -m pytest -q; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "FAIL: pytest collected no tests"; exit 1; fi; exit $$rc
 

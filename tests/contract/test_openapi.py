@@ -106,14 +106,19 @@ def test_document_covers_every_route_and_is_valid_openapi_3_1(server):
     assert doc["info"]["version"] == waste.__version__
     served = {(path, method) for path, item in doc["paths"].items() for method in item}
     assert served == ROUTES
-    # The server's own route table, read from the app: nothing undocumented.
-    from waste.adapters.http import routes
-    assert "openapi" in routes.__dict__
-    jsonschema = pytest.importorskip("jsonschema_rs")
-    # Every schema in components is a valid JSON Schema (2020-12, the dialect of OpenAPI 3.1).
+    # The app's own route table: every rule it serves is documented, with its methods.
+    with running(fake(), Settings(fake_engine="builtin")) as (base, app):
+        rules = {(re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", rule.rule), method.lower())
+                 for rule in app.url_map.iter_rules() if rule.endpoint != "static"
+                 for method in rule.methods if method not in ("HEAD", "OPTIONS")}
+    assert rules == ROUTES
+    # Valid against the OpenAPI 3.1 meta-schema (the one schemathesis ships), and every
+    # component a valid JSON Schema 2020-12.
+    from schemathesis.specs.openapi.definitions import OPENAPI_31_VALIDATOR
+    OPENAPI_31_VALIDATOR.validate(doc)
+    import jsonschema_rs
     for sub in doc["components"]["schemas"].values():
-        resolved = {**sub, "components": doc["components"]}
-        jsonschema.Draft202012Validator(resolved)  # raises on an invalid schema
+        jsonschema_rs.Draft202012Validator({**sub, "components": doc["components"]})
 
 
 def test_with_an_api_key_every_refusal_is_documented_too():
@@ -130,6 +135,22 @@ def test_with_an_api_key_every_refusal_is_documented_too():
     assert 200 in statuses["GET /health"] and 200 in statuses["GET /docs"]
 
 
+def test_the_native_engine_answers_as_documented(request):
+    """The same checks against libwaste on the synthetic container (real tokenizer, real
+    generation, the engine's own statistics), with fewer examples: its answers take longer."""
+    from tests.contract.conftest import load_native
+    from tests.contract.engines import serve
+
+    load_native()
+    config = dict(CONFIG, generation=dict(CONFIG["generation"], **{"max-examples": 10}))
+    # A small context bounds every answer (a generated max_tokens is clamped to the room left).
+    with serve("native", request, ctx=128) as served:
+        failures, seen = schemathesis_run(served.base, config)
+    assert not failures, "\n\n".join(dict.fromkeys(failures))
+    statuses = {label: {status for status, _ in counter} for label, counter in seen.items()}
+    assert 200 in statuses["POST /v1/chat/completions"] and 200 in statuses["POST /tokenize"]
+
+
 @pytest.mark.parametrize("state", ["loading", "failed"])
 def test_an_unready_server_answers_as_documented(state):
     """While the engine loads (503 `engine_loading`) and after a failed load (500
@@ -138,18 +159,17 @@ def test_an_unready_server_answers_as_documented(state):
     gate = threading.Event()
 
     @contextlib.asynccontextmanager
-    async def loader():
+    async def opener():
         if state == "failed":
             raise EngineFormatError("manifest.json: format_version 999 is not 1")
-        await trio.to_thread.run_sync(gate.wait, 60)
-        engine = fake()
+        engine = await trio.to_thread.run_sync(lambda: gate.wait(60) and fake())
         yield engine, engine
 
     checks = {name: {"enabled": name != "not_a_server_error"} for name in CHECKS}
     config = dict(CONFIG, generation=dict(CONFIG["generation"], **{"max-examples": 3}),
                   checks={"enabled": False, **checks})
     try:
-        with running(loader, Settings(fake_engine="builtin"), wait_ready=state == "failed") as (base, app):
+        with running(opener, Settings(fake_engine="builtin"), wait_ready=state == "failed") as (base, app):
             failures, seen = schemathesis_run(base, config)
             gate.set()
     finally:

@@ -73,6 +73,10 @@ def _waste_on_token(info: Any, user: Any) -> int:
     return ffi.from_handle(user).deliver(info)
 
 
+#: The smallest positive float32 (2^-149).
+FLOAT32_TRUE_MIN = 2.0 ** -149
+
+
 def _set_fields(struct: Any, **values: Any) -> None:
     for name, value in values.items():
         try:
@@ -197,7 +201,11 @@ class NativeEngine(NativeContext):
         stops = int32_array(params.stop_ids, "stop_ids")
         gen = ffi.new("waste_gen_params *")
         lib.waste_gen_params_init(gen)
-        _set_fields(gen, temperature=params.temperature, top_p=params.top_p, top_k=params.top_k,
+        # waste_gen_params.top_p is a float: a p in (0, 2^-150] would round to 0.0f, which
+        # libwaste refuses. Any p below the top token's mass keeps the top token alone, so the
+        # smallest positive float means the same.
+        top_p = max(params.top_p, FLOAT32_TRUE_MIN)
+        _set_fields(gen, temperature=params.temperature, top_p=top_p, top_k=params.top_k,
                     seed=params.seed, max_tokens=params.max_tokens,
                     n_stop_ids=len(params.stop_ids))
         gen.stop_ids = stops if params.stop_ids else ffi.NULL
