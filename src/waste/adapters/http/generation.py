@@ -18,8 +18,8 @@ import trio
 from quart import Response, request
 
 from waste.adapters.http.errors import envelope, to_api_error
-from waste.adapters.http.exchange import hold
-from waste.adapters.http.metrics import OUTCOME, RequestTimes
+from waste.adapters.http.exchange import hold, outcome
+from waste.adapters.http.metrics import RequestTimes
 from waste.adapters.http.state import ServerState
 from waste.adapters.http.wire import (SSE_KEEPALIVE, ChatChunks, CompletionChunks,
                                       chat_response, completion_response, dumps, new_id, sse,
@@ -44,7 +44,7 @@ async def read_json_body(state: ServerState) -> dict:
     if scope.cancelled_caught:
         raise ShuttingDown()
     data = raw if isinstance(raw, bytes) else raw.encode("utf-8")
-    request.scope[OUTCOME]["body_bytes"] = len(data)
+    outcome()["body_bytes"] = len(data)
     return await parse_work(state, parse_json_body, data)
 
 
@@ -53,7 +53,7 @@ async def parse_work(state: ServerState, fn: Callable[..., T], *args: Any) -> T:
     a large one (a 7 MB, 200k-message body took 20 s) in a worker thread under the parse
     limiter, so the event loop keeps answering and large bodies are handled one at a time
     (memory stays proportional to one of them)."""
-    if request.scope[OUTCOME].get("body_bytes", 0) <= LARGE_BODY_BYTES:
+    if outcome().get("body_bytes", 0) <= LARGE_BODY_BYTES:
         return fn(*args)
     return await trio.to_thread.run_sync(functools.partial(fn, *args),
                                          limiter=state.parse_limiter)
@@ -168,7 +168,7 @@ async def _blocking(state: ServerState, job: Job, events, ident: str, created: i
             elif isinstance(event, Finished):
                 job.completed = True
                 usage_body, waste = _account(state, job, event, queue_ms,
-                                             request.scope[OUTCOME]["arrived"])
+                                             outcome()["arrived"])
                 finish = job.assembler.finish_reason(event.result.stop_reason)
                 body = build(id=ident, created=created, model=state.config.model_id,
                              assembler=job.assembler, finish_reason=finish,
@@ -183,19 +183,19 @@ async def _blocking(state: ServerState, job: Job, events, ident: str, created: i
 def _stream(state: ServerState, job: Job, events, chunks, ident: str) -> Response:
     # How the stream ends is its status in the metrics: 200 once [DONE] went out, an error
     # event's status, or (never set) the client left first.
-    outcome = request.scope[OUTCOME]
-    timing = {"queue_ms": 0.0, "outcome": outcome, "arrived": outcome["arrived"]}
+    record = outcome()
+    timing = {"queue_ms": 0.0, "arrived": record["arrived"]}
     render = functools.partial(_render_event, state, job, chunks, timing)
 
     async def body():
         try:
             writes = sse_writes(events, render, keepalive_s=state.config.keepalive_s,
-                                first=chunks.first(), on_error=_record_error(outcome))
+                                first=chunks.first(), on_error=_record_error(record))
             async with contextlib.aclosing(writes):
                 async for text in writes:
                     yield text
                     if timing.get("done"):
-                        outcome["status"] = timing["done"]
+                        record["status"] = timing["done"]
         finally:
             state.service.leave(job)
 
@@ -206,11 +206,11 @@ def _stream(state: ServerState, job: Job, events, chunks, ident: str) -> Respons
     return response
 
 
-def _record_error(outcome: dict) -> Callable[[BaseException], None]:
-    def record(exc: BaseException) -> None:
-        outcome["status"] = to_api_error(exc).status
+def _record_error(record: dict) -> Callable[[BaseException], None]:
+    def on_error(exc: BaseException) -> None:
+        record["status"] = to_api_error(exc).status
 
-    return record
+    return on_error
 
 
 async def sse_writes(events: trio.MemoryReceiveChannel,

@@ -18,7 +18,7 @@ from werkzeug.routing import PathConverter
 import waste
 from waste.adapters.http import generation, openapi
 from waste.adapters.http.errors import ApiError, envelope, to_api_error
-from waste.adapters.http.exchange import release_when_exchange_ends
+from waste.adapters.http.exchange import outcome, release_when_exchange_ends
 from waste.adapters.http.metrics import CLIENT_CLOSED, CONTENT_TYPE, OUTCOME, Snapshot
 from waste.adapters.http.state import ServerState
 from waste.adapters.http.wire import dumps, new_id
@@ -110,12 +110,12 @@ def _count_when_exchange_ends(asgi_app, state: ServerState):
         if scope["type"] != "http":
             await asgi_app(scope, receive, send)
             return
-        outcome = scope[OUTCOME] = {"route": "other", "status": None,
+        record = scope[OUTCOME] = {"route": "other", "status": None,
                                     "arrived": time.perf_counter()}
         try:
             await asgi_app(scope, receive, send)
         finally:
-            state.metrics.count_request(outcome["route"], outcome["status"] or CLIENT_CLOSED)
+            state.metrics.count_request(record["route"], record["status"] or CLIENT_CLOSED)
 
     return app
 
@@ -150,7 +150,7 @@ def _guards(state: ServerState):
     """docs/HTTP.md §2.1 steps 1–3, run before any view."""
     url_rule = request.url_rule
     if url_rule is not None and "//" not in request.scope["path"]:
-        request.scope[OUTCOME]["route"] = url_rule.rule
+        outcome()["route"] = url_rule.rule
     if "//" in request.scope["path"]:
         # Paths match exactly (docs/HTTP.md §1). werkzeug would strip leading slashes and merge
         # (or redirect) the others; no route has an empty segment.
@@ -203,7 +203,7 @@ def _preflight(state: ServerState) -> Response:
 
 def _after(state: ServerState, response: Response) -> Response:
     if response.mimetype != "text/event-stream":  # a stream records how it ended itself
-        request.scope[OUTCOME]["status"] = response.status_code
+        outcome()["status"] = response.status_code
     if request.path in COMPLETION_ROUTES and "x-request-id" not in response.headers:
         response.headers["x-request-id"] = new_id("req-")
     origin = request.headers.get("Origin")

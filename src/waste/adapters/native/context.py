@@ -8,6 +8,7 @@ library would answer) and guards its pointer so close never races the any-thread
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 from contextlib import contextmanager
@@ -373,8 +374,7 @@ class NativeContext:
         pieces: list[bytes] = []
         with self._call() as ctx:
             for i in range(len(ids)):
-                out, n = self._grow("char", 64, lambda buf, cap, n_out, one=array + i:
-                                    lib.waste_detokenize(ctx, one, 1, buf, cap, n_out))
+                out, n = self._grow("char", 64, functools.partial(_detokenize_one, ctx, array + i))
                 pieces.append(ffi.unpack(out, n) if n else b"")
         return pieces
 
@@ -408,3 +408,7 @@ class NativeContext:
             status = call(buffer, cap, n_out)
         self._check(status)
         return buffer, int(n_out[0])
+
+
+def _detokenize_one(ctx: Any, one: Any, buf: Any, cap: int, n_out: Any) -> int:
+    return lib.waste_detokenize(ctx, one, 1, buf, cap, n_out)
