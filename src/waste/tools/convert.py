@@ -486,8 +486,8 @@ class _ProgressBar:
 
     def summary(self) -> str:
         seconds = max(time.perf_counter() - self.started, 1e-9)
-        return (f"convert: read {self.done / 2**30:.2f} GiB in {seconds:.1f} s "
-                f"({self.done / 2**20 / seconds:.1f} MiB/s)")
+        return (f"convert: read {self.done:,} bytes ({self.done / 2**30:.2f} GiB) in "
+                f"{seconds:.1f} s ({self.done / 2**20 / seconds:.1f} MiB/s)")
 
 
 if __name__ == "__main__":
