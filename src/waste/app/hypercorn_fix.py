@@ -120,4 +120,7 @@ async def _read_data(self: TCPServer) -> None:
                     while proto.stream is not None:
                         await proto.can_read.wait()
                 break
+    # The client is done sending: the keep-alive idle watcher (running again since fix 3)
+    # must not hold the connection open until its timeout.
+    await self.idle_task.stop()
     await self.protocol.handle(Closed())
