@@ -8,7 +8,7 @@ PORT ?= 8000
 HOST ?= 127.0.0.1
 MODEL ?= models/default.waste
 
-.PHONY: setup native serve serve-fake test lint test-unit test-contract test-engine clean
+.PHONY: setup native serve serve-fake test lint test-unit test-contract test-engine clean fuzz fuzz-deps
 
 setup: $(VENV)/.installed
 
@@ -33,16 +33,32 @@ serve: setup $(MODEL)
 serve-fake: setup
 	$(PY) -m waste --fake-engine --host $(HOST) --port $(PORT)
 
+# clang with libFuzzer for the fuzz targets (native/fuzz/): installed with apt-get when
+# missing and we are root (CI: a fresh Debian machine); otherwise said, and the fuzz smoke
+# test reports the missing prerequisite.
+fuzz-deps:
+	@$(MAKE) -s -C native fuzz-check 2>/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang libclang-rt-dev || \
+	                            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang; }; \
+	  else echo "fuzz-deps: clang with libFuzzer is missing and cannot be installed here (needs root and apt-get)"; fi; }
+
+# Long libFuzzer runs, one target after another: FUZZ_TIME seconds or FUZZ_RUNS executions
+# per target (native/Makefile; e.g. `make fuzz FUZZ_RUNS=1000000 FUZZ_TIME=3600`).
+fuzz: fuzz-deps
+	nice -n 15 $(MAKE) -C native fuzz
+
 # The static gates: ruff (pyflakes, bugbear, async rules) and mypy (strict on waste.domain),
 # both configured in pyproject.toml and pinned in the test extra.
 lint: setup
 	$(VENV)/bin/ruff check src tests
 	$(VENV)/bin/mypy
 
-# Every test, after the static gates. pytest's exit code 5 (no tests collected) is a failure
-# here, said out loud.
+# Every test, after the static gates (and clang for the fuzz smoke). pytest's exit code 5 (no
+# tests collected) is a failure here, said out loud.
 test: setup
 	$(MAKE) --no-print-directory lint
+	$(MAKE) --no-print-directory fuzz-deps
 	WASTE_REQUIRE_ORACLE=1 $(PY) -m pytest -q; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "FAIL: pytest collected no tests"; exit 1; fi; exit $$rc
 

@@ -254,8 +254,10 @@ typedef struct {
     uint64_t usage_entries;     /* hotlist entries merged at open */
     uint64_t usage_skipped;     /* hotlist entries skipped (no such MoE layer/expert, count 0) */
     uint64_t warm_slots;        /* slots warmed at open (warm_bytes in records) */
-    char usage_note[160];       /* why the hotlist was ignored or entries skipped; empty when
-                                 * it was read cleanly, absent, or usage_path is "" */
+    char usage_note[160];       /* why the hotlist was ignored or entries skipped, or the first
+                                 * damaged record warming skipped ("not warmed: ..."; the
+                                 * call that needs it fails naming it); empty when it was
+                                 * read and warmed cleanly, absent, or usage_path is "" */
 } waste_stats;
 
 /* ---- static calls: safe from any thread, no ctx ------------------------------------ */

@@ -477,7 +477,25 @@ static int32_t parse_tokenizer(const wj_val *tk, wc_container *c, char *err, uin
     return WASTE_OK;
 }
 
+/* Errors from the manifest's parsers say "manifest.json: ..."; the caller's error names the
+ * whole path, so a server with several containers says which one. */
+static int32_t with_path(int32_t st, const char *dir, const char *file, char *err, uint64_t cap) {
+    size_t n = strlen(file);
+    if (st && cap && strncmp(err, file, n) == 0 && err[n] == ':') {
+        char why[WASTE_ERR_CAP];
+        snprintf(why, sizeof why, "%s", err + n);
+        wu_errf(err, cap, "%s/%s%s", dir, file, why);
+    }
+    return st;
+}
+
+static int32_t open_manifest(const char *dir, wc_container *c, char *err, uint64_t cap);
+
 int32_t wc_open_manifest(const char *dir, wc_container *c, char *err, uint64_t cap) {
+    return with_path(open_manifest(dir, c, err, cap), dir, "manifest.json", err, cap);
+}
+
+static int32_t open_manifest(const char *dir, wc_container *c, char *err, uint64_t cap) {
     memset(c, 0, sizeof *c);
     c->trunk_fd = -1;
     if (strlen(dir) >= 900) { wu_errf(err, cap, "container path too long"); return WASTE_E_ARG; }
@@ -577,7 +595,7 @@ int32_t wc_open_data(wc_container *c, int direct_io, int verify, char *io_note, 
         const wc_tensor *t = &c->tensors[i];
         uint64_t end;
         if (!wu_add(t->offset, t->length, &end) || end > c->trunk_file_size) {
-            wu_errf(err, cap, "trunk.bin: tensor %s at offset %llu + length %llu lies beyond the file (%llu bytes)", t->name,
+            wu_errf(err, cap, "%s: tensor %s at offset %llu + length %llu lies beyond the file (%llu bytes)", path, t->name,
                     (unsigned long long)t->offset, (unsigned long long)t->length, (unsigned long long)c->trunk_file_size);
             return WASTE_E_FORMAT;
         }
@@ -590,7 +608,7 @@ int32_t wc_open_data(wc_container *c, int direct_io, int verify, char *io_note, 
         if (t->on_disk) continue;
         t->data = c->trunk_mem + at;
         int r = wu_pread_full(c->trunk_fd, t->data, t->length, t->offset);
-        if (r) { wu_errf(err, cap, "trunk.bin: reading tensor %s at offset %llu failed", t->name, (unsigned long long)t->offset); return WASTE_E_IO; }
+        if (r) { wu_errf(err, cap, "%s: reading tensor %s at offset %llu failed", path, t->name, (unsigned long long)t->offset); return WASTE_E_IO; }
         at += (t->length + 63) / 64 * 64;
     }
 
@@ -709,7 +727,7 @@ int32_t wc_read_embed_row(const wc_container *c, const wc_tensor *t, uint32_t ro
     if (t->data) src = t->data + (uint64_t)row * rb;
     else {
         int r = wu_pread_full(c->trunk_fd, tmp, rb, off);
-        if (r) { wu_errf(err, cap, "trunk.bin: reading row %u of %s at offset %llu failed", row, t->name, (unsigned long long)off); return WASTE_E_IO; }
+        if (r) { wu_errf(err, cap, "%s/trunk.bin: reading row %u of %s at offset %llu failed", c->dir, row, t->name, (unsigned long long)off); return WASTE_E_IO; }
         src = tmp;
     }
     wm_mat m = {t->fmt, t->group, 1, (uint32_t)t->shape[1], rb, src};

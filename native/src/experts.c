@@ -150,14 +150,17 @@ int32_t we_warm(waste_ctx *ctx, char *err, uint64_t cap) {
         uint32_t bank = (uint32_t)(hot[i].key / c->n_experts), e = (uint32_t)(hot[i].key % c->n_experts);
         const wc_bank *b = &ctx->c.banks[bank];
         uint32_t s = c->used;
-        /* A damaged record is a container fault, reported as it would be on first use. */
+        /* The hotlist never fails open (docs/FORMAT.md §8): a damaged record is skipped with a
+         * note, and the call that first needs it fails naming it, as it would unwarmed. */
         st = wc_read_record(&ctx->c, b, e, c->mem + (uint64_t)s * c->slot_bytes, (int)ctx->verify, err, cap);
-        if (st) {
-            char why[WASTE_ERR_CAP];
-            snprintf(why, sizeof why, "%s", err);
-            wu_errf(err, cap, "warming the expert cache from %s: %s", ctx->usage_path, why);
-            break;
+        if (st == WASTE_E_FORMAT || st == WASTE_E_IO) {
+            if (!ctx->usage_note[0])
+                snprintf(ctx->usage_note, sizeof ctx->usage_note, "not warmed: %.140s", err);
+            err[0] = 0;
+            st = WASTE_OK;
+            continue;
         }
+        if (st) break;
         c->used++;
         c->tick++;
         c->bank[s] = (int32_t)bank; c->expert[s] = (int32_t)e; c->slot_of[hot[i].key] = (int32_t)s;

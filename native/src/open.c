@@ -93,8 +93,8 @@ int32_t wo_open(const char *path, const waste_cfg *cfg, waste_ctx **out, char *e
                  cfg->cache_policy, ctx->c.fingerprint);
     if (st) { wu_errf(err, cap, "out of memory for %llu expert slots", (unsigned long long)ctx->sizing.slots); goto fail; }
     wx_mem_add(ctx, ctx->cache.held_bytes);
-    /* The hotlist is a hint (wh_load never fails); warming reads real records, so a damaged
-     * one fails open exactly as its first use would fail a call. */
+    /* The hotlist is a hint (wh_load never fails); warming skips a damaged record with a
+     * note (waste_stats.usage_note), and its first use fails the call that needs it. */
     st = wh_set_path(ctx, cfg->usage_path, err, cap);
     if (st) goto fail;
     wh_load(ctx);

@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from tests.contract.serving import fake, running, state_of
+from waste.domain.ports import Prompt, SamplingParams
 from waste.app import Settings, engine_opener
 
 
@@ -136,3 +137,26 @@ def test_a_container_without_a_tokenizer_serves_clear_400s(tokenizerless_contain
 def test_the_fake_without_a_tokenizer_answers_the_same():
     with running(fake({"tokenizer": False}), Settings(fake_engine="builtin")) as (base, app):
         _check_no_tokenizer(base)
+
+
+def test_open_logs_the_warm_up_before_and_after(native, native_container, tmp_path, caplog):
+    """The server says what waste_open is about to read and, after it, how many expert
+    slots it warmed from the hotlist (issue 11: long work shows progress)."""
+    usage = tmp_path / "usage.waste"
+    options = native.NativeOptions(ctx_tokens=512, usage_path=str(usage))
+    engine, tokenizer = native.open_native(native_container, options)
+    engine.generate(Prompt(ids=tuple(range(3, 40))), SamplingParams(
+        temperature=0, top_p=1, top_k=0, seed=1, max_tokens=4, stop_ids=()), lambda e: False)
+    engine.save_usage()
+    engine.close()
+    tokenizer.close()
+    caplog.clear()
+    with caplog.at_level("INFO", logger="waste"):
+        engine, tokenizer = native.open_native(native_container, options)
+        engine.close()
+        tokenizer.close()
+    text = caplog.text
+    entries = (usage.stat().st_size - 24) // 16
+    assert f"warming the expert cache from {usage} ({entries} hotlist entries)" in text
+    assert "expert slots warmed" in text
+    assert entries > 0

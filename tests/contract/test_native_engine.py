@@ -155,6 +155,17 @@ def test_seeded_sampling_is_reproducible(native_engine):
     assert [e.token for e in a] == [e.token for e in b]
 
 
+@pytest.mark.parametrize("top_p", [5e-324, 1e-46, 2.0 ** -150])
+def test_a_top_p_below_float32s_range_keeps_the_top_token(native_engine, top_p):
+    """A top_p the server accepts (0 < p <= 1) but float32 rounds to 0 is the nucleus of the
+    top token alone, as any p below the top token's mass is; libwaste refused 0.0f with
+    E_ARG (a 500 found by schemathesis)."""
+    prompt = prompt_ids(native_engine)
+    _, greedy = run(native_engine, prompt, SamplingParams(temperature=0.0, max_tokens=8))
+    _, tiny = run(native_engine, prompt, SamplingParams(temperature=1.0, top_p=top_p, seed=5, max_tokens=8))
+    assert [e.token for e in tiny] == [e.token for e in greedy]
+
+
 def test_pieces_concatenate_to_detokenize(native_engine):
     _, events = run(native_engine, prompt_ids(native_engine),
                     SamplingParams(temperature=1.0, seed=3, max_tokens=48))

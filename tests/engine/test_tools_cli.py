@@ -138,6 +138,19 @@ def test_convert_cli_writes_the_same_container_as_the_api(tiny_hf, tiny_f32, tmp
     refused(run("convert", hf, out, "--dtype", "f32"), 1, f"convert: error: {out} already exists")
 
 
+def test_convert_cli_shows_progress_and_throughput(tiny_hf, tmp_path):
+    """A tqdm bar on stderr (bytes read, rate), then the throughput line (issue 11)."""
+    _, hf = tiny_hf
+    source = sum(p.stat().st_size for p in Path(hf).glob("*.safetensors"))
+    rc, stdout, err = run("convert", hf, tmp_path / "p.waste", "--dtype", "f32")
+    assert rc == 0, err
+    assert "convert: 100%" in err and "B/s" in err                  # the bar reached its total
+    line = [l for l in err.splitlines() if l.startswith("convert: read ")]
+    assert line and "GiB) in" in line[0] and "MiB/s" in line[0], err
+    read = int(line[0].split()[2].replace(",", ""))
+    assert 0 < read <= source
+
+
 @pytest.mark.parametrize("flags,needle", [
     (["--group", "64"], "argument --group: invalid choice: 64"),
     (["--dtype", "f32", "--trunk", "bf16"], "--dtype sets both --trunk and --experts"),

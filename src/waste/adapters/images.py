@@ -10,7 +10,9 @@ from __future__ import annotations
 import base64
 import binascii
 import io
+import os
 import re
+import stat
 import warnings
 from typing import Sequence
 
@@ -80,13 +82,32 @@ def _read_data_url(part: ImagePart) -> bytes:
 
 
 def _read_local(part: ImagePart) -> bytes:
+    """A regular file's bytes, up to the 20 MiB cap. The open never blocks: O_NONBLOCK makes a
+    FIFO or device open return at once, and anything but a regular file is refused before
+    a byte is read (a FIFO once held a worker thread forever)."""
     path = local_image_path(part.url)
+    if "\0" in path:
+        raise InvalidRequest("a local image path must not contain a NUL byte", part.param,
+                             "invalid_image")
     try:
-        with open(path, "rb") as fh:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise InvalidRequest(f"cannot read the local image: {exc.strerror}", part.param,
+                             "invalid_image") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise InvalidRequest("a local image must be a regular file", part.param,
+                                 "invalid_image")
+        if info.st_size > MAX_ENCODED_BYTES:
+            raise InvalidRequest("image is larger than 20 MiB", part.param, "image_too_large")
+        with os.fdopen(fd, "rb", closefd=False) as fh:
             raw = fh.read(MAX_ENCODED_BYTES + 1)
     except OSError as exc:
         raise InvalidRequest(f"cannot read the local image: {exc.strerror}", part.param,
                              "invalid_image") from None
+    finally:
+        os.close(fd)
     if len(raw) > MAX_ENCODED_BYTES:
         raise InvalidRequest("image is larger than 20 MiB", part.param, "image_too_large")
     return raw

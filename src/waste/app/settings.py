@@ -172,7 +172,24 @@ def load_settings(argv: Sequence[str] | None, env: Mapping[str, str], *,
     values["model"] = args.get("model") or env.get("WASTE_MODEL") or None
     if values["model"] is None and fake is None and not values.get("version"):
         raise UsageError("MODEL is required (a container directory), or pass --fake-engine")
+    _check_threads_fit(values.get("threads", 0), values.get("cpus"))
     return Settings(**values)
+
+
+def _check_threads_fit(threads: int, cpus: str | None) -> None:
+    """--threads must fit --cpus: said before anything binds or loads (libwaste would refuse
+    it only once the engine opens, after "listening on" was printed)."""
+    if not cpus:
+        return
+    listed: set[int] = set()
+    for part in cpus.split(","):
+        first, _, last = part.partition("-")
+        lo, hi = int(first), int(last or first)
+        if hi < lo:
+            raise UsageError(f"--cpus: the range {part!r} runs backwards")
+        listed.update(range(lo, hi + 1))
+    if threads > len(listed):
+        raise UsageError(f"--threads {threads} exceeds the {len(listed)} CPUs of --cpus {cpus}")
 
 
 def _var(flag: str) -> str:

@@ -280,6 +280,11 @@ class Tokenizer(Vocabulary, Protocol):
         """
         ...
 
+    def detokenize_pieces(self, ids: Sequence[int]) -> list[bytes]:
+        """The raw bytes of each id on its own, in one call (one worker-thread hop for a
+        whole /tokenize reply). Raises as ``detokenize``."""
+        ...
+
 
 class Engine(Protocol):
     """An inference engine holding one model: it generates replies to prompts.

@@ -89,6 +89,7 @@ class Job:
     started: bool = False  # handed to the engine thread
     left: bool = False  # the request called ``leave``
     enqueued_at: float = attrs.field(factory=time.perf_counter)
+    first_token_at: float | None = None  # perf_counter when the engine delivered token 0
     send: trio.MemorySendChannel | None = None
 
 
@@ -308,6 +309,8 @@ class GenerationService:
             token.run_sync_soon(_deliver, send, item)
 
         def on_token(event: TokenEvent) -> bool:
+            if job.first_token_at is None:
+                job.first_token_at = time.perf_counter()
             outputs = job.assembler.on_token(event)
             if outputs:
                 deliver(Released(tuple(outputs)))

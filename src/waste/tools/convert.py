@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
+from tqdm import tqdm
 
 from waste.tools.container import ContainerError, ContainerWriter, Mxfp4Source, Shape
 from waste.tools.hf_checkpoint import RAW_DTYPES, SafeTensors, read_tokenizer
@@ -313,11 +316,30 @@ class _Formats:
         return m if fmt == "mxfp4" else m.dequantize()
 
 
+Progress = Callable[[int, int], None]  # (source bytes read so far, total source bytes)
+
+
 def _write(w: ContainerWriter, st: SafeTensors, formats: _Formats, trunk_plan: list[TrunkEntry],
-           bank_plan: dict[int, list[list[ExpertSource]]]) -> str | None:
-    """Streams every tensor into ``w``; returns the experts' format (None without MoE)."""
+           bank_plan: dict[int, list[list[ExpertSource]]],
+           progress: Progress | None = None) -> str | None:
+    """Streams every tensor into ``w``; returns the experts' format (None without MoE).
+    ``progress`` hears the source bytes read after each tensor."""
+    def nbytes(src: ExpertSource) -> int:
+        return sum(st.entries[n].end - st.entries[n].begin for n in _source_names(src))
+
+    total = sum(nbytes(src) for _, src, _, _ in trunk_plan) + sum(
+        nbytes(src) for srcs in bank_plan.values() for mats in srcs for src in mats)
+    done = 0
+
+    def read(src: ExpertSource, value):
+        nonlocal done
+        done += nbytes(src)
+        if progress is not None:
+            progress(done, total)
+        return value
+
     for canon, src, shape, kind in trunk_plan:
-        a = st.load(src)
+        a = read(src, st.load(src))
         if kind in ("conv", "row"):
             w.add_tensor(canon, a.reshape(shape), "f32")
         elif kind == "a_log":
@@ -330,8 +352,8 @@ def _write(w: ContainerWriter, st: SafeTensors, formats: _Formats, trunk_plan: l
     e_fmt = None
     for layer, srcs in sorted(bank_plan.items()):
         e_fmt = fmt = formats.resolve(formats.experts, srcs[0][0])
-        w.add_bank(layer, ([formats.expert(n, fmt) for n in names] for names in srcs), len(srcs), fmt,
-                   formats.group_of(fmt))
+        w.add_bank(layer, ([read(n, formats.expert(n, fmt)) for n in names] for names in srcs),
+                   len(srcs), fmt, formats.group_of(fmt))
     return e_fmt
 
 
@@ -360,7 +382,8 @@ def _stderr_note(text: str) -> None:
 
 
 def convert(hf_dir: str | Path, out: str | Path, *, trunk: str = "source", experts: str = "source",
-            group: int = 32, overwrite: bool = False, note=_stderr_note) -> Path:
+            group: int = 32, overwrite: bool = False, note=_stderr_note,
+            progress: Progress | None = None) -> Path:
     """Converts ``hf_dir`` into the container ``out``; returns its path.
 
     A flat checkpoint (the text config at the top of config.json, tensors under ``model.``)
@@ -371,6 +394,8 @@ def convert(hf_dir: str | Path, out: str | Path, *, trunk: str = "source", exper
 
     Everything is read and checked before the first byte is written; a failure while
     writing removes the temporary directory.
+
+    ``progress(done, total)`` is called after each tensor is read, in source bytes.
 
     Raises:
         ConvertError: a bad config field, tensor, byte range or tokenizer file, by name.
@@ -391,7 +416,7 @@ def convert(hf_dir: str | Path, out: str | Path, *, trunk: str = "source", exper
 
     w = ContainerWriter(out, overwrite=overwrite)
     try:
-        e_fmt = _write(w, st, formats, trunk_plan, bank_plan)
+        e_fmt = _write(w, st, formats, trunk_plan, bank_plan, progress)
         if tok is not None:
             w.set_tokenizer(*tok)
             kind, chat = chat_format(tok[1])
@@ -425,14 +450,44 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--dtype sets both --trunk and --experts: give --dtype or those two, not both")
     trunk = args.dtype or args.trunk or "source"
     experts = args.dtype or args.experts or "source"
+    bar = _ProgressBar()
     try:
         path = convert(args.hf_dir, args.out, trunk=trunk, experts=experts, group=args.group,
-                       overwrite=args.overwrite)
+                       overwrite=args.overwrite, progress=bar.update)
     except (ContainerError, OSError) as exc:
+        bar.close()
         print(f"convert: error: {exc}", file=sys.stderr)
         return 1
+    bar.close()
+    print(bar.summary(), file=sys.stderr)
     print(path)
     return 0
+
+
+class _ProgressBar:
+    """A tqdm bar on stderr (bytes read, rate, ETA), opened at the first tensor, so a
+    refusal before any write prints none; ``summary`` gives the throughput."""
+
+    def __init__(self) -> None:
+        self.bar: tqdm | None = None
+        self.started = time.perf_counter()
+        self.done = 0
+
+    def update(self, done: int, total: int) -> None:
+        if self.bar is None:
+            self.bar = tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024,
+                            desc="convert", file=sys.stderr, dynamic_ncols=True)
+        self.bar.update(done - self.done)
+        self.done = done
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+    def summary(self) -> str:
+        seconds = max(time.perf_counter() - self.started, 1e-9)
+        return (f"convert: read {self.done:,} bytes ({self.done / 2**30:.2f} GiB) in "
+                f"{seconds:.1f} s ({self.done / 2**20 / seconds:.1f} MiB/s)")
 
 
 if __name__ == "__main__":

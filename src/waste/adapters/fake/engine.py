@@ -46,6 +46,7 @@ class FakeRecord:
     images: list[tuple[int, int]] = attrs.field(factory=list)
     tokens_delivered: int = 0
     usage_saves: int = 0
+    tokenizer_calls: int = 0  # every tokenize/detokenize call (each one a thread hop)
 
 
 class FakeEngine:
@@ -92,14 +93,24 @@ class FakeEngine:
 
     # -- tokenizer (the public calls fail as libwaste's do without tokenizer files) --------
     def tokenize(self, text: str) -> list[int]:
+        self.record.tokenizer_calls += 1
         self._require_tokenizer()
         return self.vocab.text_ids(text)
 
     def tokenize_markup(self, text: str) -> list[int]:
+        self.record.tokenizer_calls += 1
         self._require_tokenizer()
         return self.vocab.markup_ids(text)
 
     def detokenize(self, ids: Sequence[int]) -> bytes:
+        self.record.tokenizer_calls += 1
+        return self._detokenize(ids)
+
+    def detokenize_pieces(self, ids: Sequence[int]) -> list[bytes]:
+        self.record.tokenizer_calls += 1
+        return [self._detokenize([i]) for i in ids]
+
+    def _detokenize(self, ids: Sequence[int]) -> bytes:
         if not self.script.tokenizer:
             raise Unsupported("fake engine: the container has no tokenizer files; detokenize "
                               "is unavailable")

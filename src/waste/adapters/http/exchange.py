@@ -44,3 +44,10 @@ def hold(release: Callable[[], None]) -> None:
     if releases is None:
         raise RuntimeError("the app's asgi_app is not wrapped by release_when_exchange_ends")
     releases.append(release)
+
+
+def outcome() -> dict[str, Any]:
+    """The current request's outcome record (route, status, arrival; metrics.OUTCOME)."""
+    from waste.adapters.http.metrics import OUTCOME
+
+    return cast("dict[str, Any]", request.scope)[OUTCOME]

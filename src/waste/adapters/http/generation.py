@@ -12,13 +12,14 @@ import contextlib
 import functools
 import secrets
 import time
-from typing import AsyncIterator, Callable
+from typing import Any, AsyncIterator, Callable, TypeVar
 
 import trio
 from quart import Response, request
 
 from waste.adapters.http.errors import envelope, to_api_error
-from waste.adapters.http.exchange import hold
+from waste.adapters.http.exchange import hold, outcome
+from waste.adapters.http.metrics import RequestTimes
 from waste.adapters.http.state import ServerState
 from waste.adapters.http.wire import (SSE_KEEPALIVE, ChatChunks, CompletionChunks,
                                       chat_response, completion_response, dumps, new_id, sse,
@@ -28,12 +29,34 @@ from waste.domain.reply.text import TextReader
 from waste.domain.ports import SamplingParams
 from waste.domain.errors import ContextLengthExceeded, InvalidRequest
 from waste.domain.requests import parse_chat_request, parse_completion_request, parse_json_body
-from waste.service import Failed, Finished, Job, Released, Started
+from waste.service import Failed, Finished, Job, Released, ShuttingDown, Started
 
 
-async def read_json_body() -> dict:
-    raw = await request.get_data(cache=False, as_text=False)
-    return parse_json_body(raw if isinstance(raw, bytes) else raw.encode("utf-8"))
+T = TypeVar("T")
+LARGE_BODY_BYTES = 256 * 1024  # above this, parse_work leaves the event loop
+
+
+async def read_json_body(state: ServerState) -> dict:
+    """The request's JSON object. An upload still arriving when shutdown starts is cut off
+    with 503 ``shutting_down`` (a stalled client must not hold the server past its stop)."""
+    with state.upload_scope() as scope:
+        raw = await request.get_data(cache=False, as_text=False)
+    if scope.cancelled_caught:
+        raise ShuttingDown()
+    data = raw if isinstance(raw, bytes) else raw.encode("utf-8")
+    outcome()["body_bytes"] = len(data)
+    return await parse_work(state, parse_json_body, data)
+
+
+async def parse_work(state: ServerState, fn: Callable[..., T], *args: Any) -> T:
+    """Parsing, validating or rendering this request's body: inline for a small body; for
+    a large one (a 7 MB, 200k-message body took 20 s) in a worker thread under the parse
+    limiter, so the event loop keeps answering and large bodies are handled one at a time
+    (memory stays proportional to one of them)."""
+    if outcome().get("body_bytes", 0) <= LARGE_BODY_BYTES:
+        return fn(*args)
+    return await trio.to_thread.run_sync(functools.partial(fn, *args),
+                                         limiter=state.parse_limiter)
 
 
 def _sampling(req, prompt_len: int, ctx: int, default_max: int, stop_ids, param: str):
@@ -46,18 +69,15 @@ def _sampling(req, prompt_len: int, ctx: int, default_max: int, stop_ids, param:
 
 
 async def chat_completions(state: ServerState) -> Response:
-    body = await read_json_body()
+    body = await read_json_body(state)
     info = state.require_loaded()
     fmt = state.chat_format
     fmt.require_usable()
-    req = parse_chat_request(body)
-    fmt.check_request(req)
-    # Decoding up to 8 × 50 MP must not stall the event loop (/health answers at once).
-    images = await trio.to_thread.run_sync(functools.partial(
-        state.decode_images, req.image_parts, vision=state.config.vision and info.vision,
-        allow_local=state.config.allow_local_images))
-    plan = fmt.plan(req, default_thinking=state.config.thinking_default,
-                    image_sizes=[(i.width, i.height) for i in images])
+    req = await parse_work(state, _parse_chat, fmt, body)
+    images = await _decode_images(state, req, vision=info.vision) if req.image_parts else []
+    plan = await parse_work(state, functools.partial(
+        fmt.plan, req, default_thinking=state.config.thinking_default,
+        image_sizes=[(i.width, i.height) for i in images]))
     prompt = await state.tokenize_segments(plan.segments)
     params = _sampling(req, len(prompt), info.ctx_tokens, state.config.max_tokens,
                        plan.stop_ids, "messages")
@@ -66,10 +86,25 @@ async def chat_completions(state: ServerState) -> Response:
     return await _answer(state, job, req, "chatcmpl-", ChatChunks, chat_response)
 
 
+def _parse_chat(fmt, body: dict):
+    req = parse_chat_request(body)
+    fmt.check_request(req)
+    return req
+
+
+async def _decode_images(state: ServerState, req, *, vision: bool) -> list:
+    """Decoding up to 8 × 50 MP runs in a worker thread (the event loop keeps answering),
+    under the image path's own limiter: a slow image borrows no thread that text-only
+    requests or the tokenizer need. A text-only request never comes here."""
+    return await trio.to_thread.run_sync(functools.partial(
+        state.decode_images, req.image_parts, vision=state.config.vision and vision,
+        allow_local=state.config.allow_local_images), limiter=state.image_limiter)
+
+
 async def completions(state: ServerState) -> Response:
-    body = await read_json_body()
+    body = await read_json_body(state)
     info = state.require_loaded()
-    req = parse_completion_request(body)
+    req = await parse_work(state, parse_completion_request, body)
     state.require_tokenizer("prompt")
     tokenizer = state.tokenizer
     prompt = await state.call_tokenizer(tokenizer.tokenize, req.prompt)
@@ -99,16 +134,18 @@ async def _answer(state: ServerState, job: Job, req, id_prefix: str, chunks_type
     return await _blocking(state, job, events, ident, created, req.logprobs, build_response)
 
 
-def _account(state: ServerState, job: Job, done: Finished, queue_ms: float) -> tuple[dict, dict]:
+def _account(state: ServerState, job: Job, done: Finished, queue_ms: float,
+             arrived: float) -> tuple[dict, dict]:
     """Usage and the ``waste`` object for a finished job; counts it in the metrics."""
     result = done.result
     state.completed_requests += 1
-    m = state.metrics
-    m.prompt_tokens += done.prompt_tokens
-    m.generated_tokens += result.tokens_generated
-    m.queue_s += queue_ms / 1000
-    m.prefill_s += result.prefill_ms / 1000
-    m.decode_s += result.decode_ms / 1000
+    first = job.first_token_at
+    state.metrics.observe(RequestTimes(
+        queue_s=queue_ms / 1000, prefill_s=result.prefill_ms / 1000,
+        decode_s=result.decode_ms / 1000,
+        first_token_s=None if first is None else first - arrived,
+        e2e_s=time.perf_counter() - arrived, prompt_tokens=done.prompt_tokens,
+        generated_tokens=result.tokens_generated))
     reader = job.assembler.reader
     reasoning = None if isinstance(reader, TextReader) else job.assembler.reasoning_tokens
     usage_body = usage(done.prompt_tokens, result.tokens_generated, reasoning)
@@ -130,7 +167,8 @@ async def _blocking(state: ServerState, job: Job, events, ident: str, created: i
                 raise event.error
             elif isinstance(event, Finished):
                 job.completed = True
-                usage_body, waste = _account(state, job, event, queue_ms)
+                usage_body, waste = _account(state, job, event, queue_ms,
+                                             outcome()["arrived"])
                 finish = job.assembler.finish_reason(event.result.stop_reason)
                 body = build(id=ident, created=created, model=state.config.model_id,
                              assembler=job.assembler, finish_reason=finish,
@@ -143,15 +181,21 @@ async def _blocking(state: ServerState, job: Job, events, ident: str, created: i
 
 
 def _stream(state: ServerState, job: Job, events, chunks, ident: str) -> Response:
-    render = functools.partial(_render_event, state, job, chunks, {"queue_ms": 0.0})
+    # How the stream ends is its status in the metrics: 200 once [DONE] went out, an error
+    # event's status, or (never set) the client left first.
+    record = outcome()
+    timing = {"queue_ms": 0.0, "arrived": record["arrived"]}
+    render = functools.partial(_render_event, state, job, chunks, timing)
 
     async def body():
         try:
             writes = sse_writes(events, render, keepalive_s=state.config.keepalive_s,
-                                first=chunks.first())
+                                first=chunks.first(), on_error=_record_error(record))
             async with contextlib.aclosing(writes):
                 async for text in writes:
                     yield text
+                    if timing.get("done"):
+                        record["status"] = timing["done"]
         finally:
             state.service.leave(job)
 
@@ -162,9 +206,18 @@ def _stream(state: ServerState, job: Job, events, chunks, ident: str) -> Respons
     return response
 
 
+def _record_error(record: dict) -> Callable[[BaseException], None]:
+    def on_error(exc: BaseException) -> None:
+        record["status"] = to_api_error(exc).status
+
+    return on_error
+
+
 async def sse_writes(events: trio.MemoryReceiveChannel,
                      render: Callable[[object], tuple[str, bool]], *, keepalive_s: float,
-                     first: str = "") -> AsyncIterator[str]:
+                     first: str = "",
+                     on_error: Callable[[BaseException], None] | None = None
+                     ) -> AsyncIterator[str]:
     """What one stream writes: ``first``, then each batch of rendered events, until an event
     renders as done; a late error becomes one SSE event (docs/HTTP.md §4.3).
 
@@ -199,6 +252,8 @@ async def sse_writes(events: trio.MemoryReceiveChannel,
             if done:
                 return
     except Exception as exc:  # a late error is one SSE event, then the stream ends
+        if on_error is not None:
+            on_error(exc)
         yield sse(envelope(to_api_error(exc)))
 
 
@@ -211,10 +266,13 @@ def _render_event(state, job, chunks, timing: dict, event) -> tuple[str, bool]:
         return chunks.outputs(event.outputs), False
     if isinstance(event, Failed):
         job.completed = True
-        return sse(envelope(to_api_error(event.error))), True
+        error = to_api_error(event.error)
+        timing["done"] = error.status
+        return sse(envelope(error)), True
     if isinstance(event, Finished):
         job.completed = True
-        usage_body, waste = _account(state, job, event, timing["queue_ms"])
+        timing["done"] = 200
+        usage_body, waste = _account(state, job, event, timing["queue_ms"], timing["arrived"])
         text = chunks.outputs(event.outputs)
         finish = job.assembler.finish_reason(event.result.stop_reason)
         return text + chunks.final(finish, waste, usage_body), True

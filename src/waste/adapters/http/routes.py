@@ -13,19 +13,29 @@ from typing import Any
 import attrs
 from quart import Response, request
 from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound
+from werkzeug.routing import PathConverter
 
 import waste
-from waste.adapters.http import generation
+from waste.adapters.http import generation, openapi
 from waste.adapters.http.errors import ApiError, envelope, to_api_error
-from waste.adapters.http.exchange import release_when_exchange_ends
+from waste.adapters.http.exchange import outcome, release_when_exchange_ends
+from waste.adapters.http.metrics import CLIENT_CLOSED, CONTENT_TYPE, OUTCOME, Snapshot
 from waste.adapters.http.state import ServerState
 from waste.adapters.http.wire import dumps, new_id
 from waste.domain.errors import InvalidRequest
 from waste.domain.ports import ModelInfo
 
 COMPLETION_ROUTES = ("/v1/chat/completions", "/v1/completions")
+KEYLESS_ROUTES = ("/health", "/openapi.json", "/docs")
 _CLOSE = (("Connection", "close"),)
 _CORS_HEADERS = "Authorization, Content-Type, X-Api-Key"
+
+
+class AnyPathConverter(PathConverter):
+    """werkzeug's ``path`` whose ``.`` also matches line breaks: ``/v1/models/a%0d%0a`` is an
+    unknown model like ``/v1/models/x/y``, not an unknown route."""
+
+    regex = r"[^/][\s\S]*?"
 
 
 def json_response(obj: object, status: int = 200, headers=None) -> Response:
@@ -44,21 +54,29 @@ def error_response(err: ApiError) -> Response:
 def register(app, state: ServerState) -> None:
     config = state.config
     cors = bool(config.cors_origins)
-    app.asgi_app = release_when_exchange_ends(app.asgi_app)
+    app.asgi_app = release_when_exchange_ends(_count_when_exchange_ends(app.asgi_app, state))
+    state.metrics.snapshot = lambda: _snapshot(state)
+    app.url_map.converters["anypath"] = AnyPathConverter
     routes = [
         ("/health", ["GET"], _health),
         ("/v1/models", ["GET"], _models),
-        ("/v1/models/<path:model_id>", ["GET"], _model),
+        ("/v1/models/<anypath:model_id>", ["GET"], _model),
         ("/v1/chat/completions", ["POST"], generation.chat_completions),
         ("/v1/completions", ["POST"], generation.completions),
         ("/metrics", ["GET"], _metrics),
         ("/tokenize", ["POST"], _tokenize),
         ("/detokenize", ["POST"], _detokenize),
+        ("/openapi.json", ["GET"], openapi.openapi_json),
+        ("/docs", ["GET"], openapi.docs_page),
     ]
     for rule, methods, view in routes:
         app.add_url_rule(rule, view.__name__, _bind(view, state),
                          methods=methods + (["OPTIONS"] if cors else []),
                          provide_automatic_options=False)
+
+    @app.before_serving
+    async def watch_shutdown() -> None:
+        app.nursery.start_soon(state.cut_uploads_on_shutdown)
 
     @app.before_request
     async def guards():
@@ -82,6 +100,24 @@ def register(app, state: ServerState) -> None:
         if api.status == 500 and api.code == "internal_error":
             app.logger.exception("unhandled error", exc_info=err)
         return error_response(api)
+
+
+def _count_when_exchange_ends(asgi_app, state: ServerState):
+    """Count every request once, when its exchange ends: with the status its answer ended
+    with (a stream records its own), or 499 when the client left first."""
+
+    async def app(scope: dict, receive, send) -> None:
+        if scope["type"] != "http":
+            await asgi_app(scope, receive, send)
+            return
+        record = scope[OUTCOME] = {"route": "other", "status": None,
+                                    "arrived": time.perf_counter()}
+        try:
+            await asgi_app(scope, receive, send)
+        finally:
+            state.metrics.count_request(record["route"], record["status"] or CLIENT_CLOSED)
+
+    return app
 
 
 def _bind(view, state):
@@ -112,6 +148,9 @@ def _from_werkzeug(err: HTTPException, body_timeout_s: float) -> ApiError:
 
 def _guards(state: ServerState):
     """docs/HTTP.md §2.1 steps 1–3, run before any view."""
+    url_rule = request.url_rule
+    if url_rule is not None and "//" not in request.scope["path"]:
+        outcome()["route"] = url_rule.rule
     if "//" in request.scope["path"]:
         # Paths match exactly (docs/HTTP.md §1). werkzeug would strip leading slashes and merge
         # (or redirect) the others; no route has an empty segment.
@@ -121,7 +160,7 @@ def _guards(state: ServerState):
     config = state.config
     if request.method == "OPTIONS" and config.cors_origins:
         return _preflight(state)
-    if request.path != "/health" and config.api_key:
+    if request.path not in KEYLESS_ROUTES and config.api_key:
         _check_key(config.api_key)
     if request.method == "POST":
         length = request.headers.get("Content-Length")
@@ -163,10 +202,8 @@ def _preflight(state: ServerState) -> Response:
 
 
 def _after(state: ServerState, response: Response) -> Response:
-    url_rule = request.url_rule
-    exact = url_rule is not None and "//" not in request.scope["path"]
-    rule = url_rule.rule if url_rule is not None and exact else "other"
-    state.metrics.count_request(rule, response.status_code)
+    if response.mimetype != "text/event-stream":  # a stream records how it ended itself
+        outcome()["status"] = response.status_code
     if request.path in COMPLETION_ROUTES and "x-request-id" not in response.headers:
         response.headers["x-request-id"] = new_id("req-")
     origin = request.headers.get("Origin")
@@ -234,14 +271,16 @@ async def _model(state: ServerState, model_id: str) -> Response:
 
 
 async def _metrics(state: ServerState) -> Response:
+    return Response(state.metrics.render(), 200, content_type=CONTENT_TYPE)
+
+
+def _snapshot(state: ServerState) -> Snapshot:
     service = state.service
     stats = state.engine.statistics() if service.loaded else None
-    fmt = state.chat_format.name or "none"
     info = {"model": state.config.model_id, "version": waste.__version__,
-            "chat_format": fmt}
-    text = state.metrics.render(cancelled=service.requests_cancelled, queue_depth=service.queue_depth,
-                                running=int(service.running is not None), stats=stats, info=info)
-    return Response(text, 200, content_type="text/plain; version=0.0.4")
+            "chat_format": state.chat_format.name or "none"}
+    return Snapshot(cancelled=service.requests_cancelled, queue_depth=service.queue_depth,
+                    running=int(service.running is not None), stats=stats, info=info)
 
 
 def _bool_field(body: dict, name: str) -> bool:
@@ -254,7 +293,7 @@ def _bool_field(body: dict, name: str) -> bool:
 
 
 async def _tokenize(state: ServerState) -> Response:
-    body = await generation.read_json_body()
+    body = await generation.read_json_body(state)
     info = state.require_loaded()
     content = body.get("content")
     if content is None:
@@ -272,8 +311,7 @@ async def _tokenize(state: ServerState) -> Response:
     if not with_pieces:
         return json_response({"tokens": ids})
     pieces = []
-    for token in ids:
-        raw = await state.call_tokenizer(tok.detokenize, [token])
+    for token, raw in zip(ids, await state.call_tokenizer(tok.detokenize_pieces, ids)):
         try:
             piece: object = raw.decode("utf-8")
         except UnicodeDecodeError:
@@ -283,7 +321,7 @@ async def _tokenize(state: ServerState) -> Response:
 
 
 async def _detokenize(state: ServerState) -> Response:
-    body = await generation.read_json_body()
+    body = await generation.read_json_body(state)
     info = state.require_loaded()
     tokens = body.get("tokens")
     if tokens is None:

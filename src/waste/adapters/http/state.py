@@ -3,9 +3,10 @@ image decoder it was given, and the metrics it serves."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import attrs
 import trio
@@ -21,6 +22,7 @@ from waste.domain.segments import Segment
 from waste.service import EngineLoadFailed, EngineLoading, GenerationService, ShuttingDown
 
 log = logging.getLogger("waste")
+IMAGE_THREADS = 2  # concurrent image decodes; more would only compete for the same cores
 
 
 @attrs.define(eq=False)
@@ -28,12 +30,20 @@ class ServerState:
     config: HttpConfig
     service: GenerationService
     decode_images: ImageDecoder
-    metrics: Metrics = attrs.field(factory=Metrics)
+    metrics: Metrics = attrs.field(
+        default=attrs.Factory(lambda self: Metrics(self.config.model_id), takes_self=True))
     started: float = attrs.field(factory=time.monotonic)
     # Until the engine has loaded, no format (requests are refused as loading before).
     chat_format: ChatFormat = attrs.field(factory=lambda: NoFormat("the engine has not loaded"))
     info: ModelInfo | None = None
     completed_requests: int = 0
+    # Image decoding's own threads (docs/HTTP.md §7): never trio's default pool.
+    image_limiter: trio.CapacityLimiter = attrs.field(
+        factory=lambda: trio.CapacityLimiter(IMAGE_THREADS))
+    # Large bodies are parsed and validated in a thread, one at a time (memory stays bounded).
+    parse_limiter: trio.CapacityLimiter = attrs.field(factory=lambda: trio.CapacityLimiter(1))
+    # Bodies being read: cancelled when shutdown starts (their requests get 503).
+    uploads: set[trio.CancelScope] = attrs.field(factory=set)
     # Why the container cannot tokenize (it was converted without tokenizer files), or None.
     no_tokenizer: str | None = None
 
@@ -67,6 +77,24 @@ class ServerState:
         log.info("engine ready; chat format: %s", fmt.name or f"none ({fmt.error})")
         for warning in fmt.startup_warnings(default_thinking=self.config.thinking_default):
             log.warning("warning: %s", warning)
+
+    @contextlib.contextmanager
+    def upload_scope(self) -> Iterator[trio.CancelScope]:
+        """A cancel scope around reading one body; shutdown cancels it (or it starts so)."""
+        with trio.CancelScope() as scope:
+            if self.shutting_down:
+                scope.cancel()
+            self.uploads.add(scope)
+            try:
+                yield scope
+            finally:
+                self.uploads.discard(scope)
+
+    async def cut_uploads_on_shutdown(self) -> None:
+        """Runs for the server's lifetime: on shutdown, every body still arriving is cut."""
+        await self.service.wait_until(lambda service: service.shutting_down)
+        for scope in list(self.uploads):
+            scope.cancel()
 
     def require_loaded(self) -> ModelInfo:
         """docs/HTTP.md §2.1 step 5: the model, or why there is none."""

@@ -23,8 +23,13 @@ def new_id(prefix: str) -> str:
     return f"{prefix}{secrets.token_hex(12)}"
 
 
+# Line breaks to some line splitters (httpx's iter_lines, str.splitlines) that JSON allows
+# raw: inside a ``data:`` line they would cut the event in two, so SSE escapes them.
+_SSE_ESCAPES = str.maketrans({"\u2028": "\\u2028", "\u2029": "\\u2029", "\u0085": "\\u0085"})
+
+
 def sse(obj: object) -> str:
-    return f"data: {dumps(obj)}\n\n"
+    return f"data: {dumps(obj).translate(_SSE_ESCAPES)}\n\n"
 
 
 SSE_DONE = "data: [DONE]\n\n"

@@ -8,6 +8,7 @@ library would answer) and guards its pointer so close never races the any-thread
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 from contextlib import contextmanager
@@ -362,6 +363,21 @@ class NativeContext:
                                 lambda buf, cap, n_out: lib.waste_detokenize(ctx, array, len(ids), buf, cap, n_out))
         return ffi.unpack(out, n) if n else b""
 
+    def detokenize_pieces(self, ids: Sequence[int]) -> list[bytes]:
+        """The raw bytes of each id on its own, under one hold of the context (the caller
+        makes one thread hop for all of them, not one per token).
+
+        Raises:
+            EngineError: as ``detokenize``.
+        """
+        array = int32_array(ids, "ids")
+        pieces: list[bytes] = []
+        with self._call() as ctx:
+            for i in range(len(ids)):
+                out, n = self._grow("char", 64, functools.partial(_detokenize_one, ctx, array + i))
+                pieces.append(ffi.unpack(out, n) if n else b"")
+        return pieces
+
     def token_text(self, token: int) -> str:
         """The text of one token; bytes that are not valid UTF-8 on their own become U+FFFD.
 
@@ -392,3 +408,7 @@ class NativeContext:
             status = call(buffer, cap, n_out)
         self._check(status)
         return buffer, int(n_out[0])
+
+
+def _detokenize_one(ctx: Any, one: Any, buf: Any, cap: int, n_out: Any) -> int:
+    return lib.waste_detokenize(ctx, one, 1, buf, cap, n_out)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import time
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Sequence
 
@@ -69,6 +71,10 @@ class _Delivery:
 @ffi.def_extern(error=_CALLBACK_STOP)
 def _waste_on_token(info: Any, user: Any) -> int:
     return ffi.from_handle(user).deliver(info)
+
+
+#: The smallest positive float32 (2^-149).
+FLOAT32_TRUE_MIN = 2.0 ** -149
 
 
 def _set_fields(struct: Any, **values: Any) -> None:
@@ -195,7 +201,11 @@ class NativeEngine(NativeContext):
         stops = int32_array(params.stop_ids, "stop_ids")
         gen = ffi.new("waste_gen_params *")
         lib.waste_gen_params_init(gen)
-        _set_fields(gen, temperature=params.temperature, top_p=params.top_p, top_k=params.top_k,
+        # waste_gen_params.top_p is a float: a p in (0, 2^-150] would round to 0.0f, which
+        # libwaste refuses. Any p below the top token's mass keeps the top token alone, so the
+        # smallest positive float means the same.
+        top_p = max(params.top_p, FLOAT32_TRUE_MIN)
+        _set_fields(gen, temperature=params.temperature, top_p=top_p, top_k=params.top_k,
                     seed=params.seed, max_tokens=params.max_tokens,
                     n_stop_ids=len(params.stop_ids))
         gen.stop_ids = stops if params.stop_ids else ffi.NULL
@@ -349,8 +359,16 @@ def open_native(path: str | Path, options: Any) -> tuple[NativeEngine, NativeTok
         AttributeError, ValueError: a settings object lacking a flag or with a bad value.
     """
     options = NativeOptions.coerce(options)
+    # waste_open loads the trunk and warms the expert cache inside one call (no progress
+    # callback crosses the C API), so the log says what it is about to read, then the result.
+    usage = Path(path) / "usage.waste" if options.usage_path is None else options.usage_path
+    entries = _hotlist_entries(usage) if usage else 0
+    log.info("opening %s: loading the trunk, then warming the expert cache from %s "
+             "(%d hotlist entries); this reads from the SSD", path, usage or "no hotlist",
+             entries)
+    started = time.perf_counter()
     engine = NativeEngine.open(path, options)
-    _log_hotlist(engine)
+    _log_hotlist(engine, time.perf_counter() - started)
     try:
         tokenizer = NativeTokenizer.open(path, options)
     except BaseException:
@@ -359,13 +377,23 @@ def open_native(path: str | Path, options: Any) -> tuple[NativeEngine, NativeTok
     return engine, tokenizer
 
 
-def _log_hotlist(engine: NativeEngine) -> None:
-    """Say what the hotlist did at open: a hint the engine may have ignored, and why."""
+def _hotlist_entries(usage: str | Path) -> int:
+    """The entry count a usage.waste's size implies (docs/FORMAT.md §8: a 24-byte header,
+    16 bytes an entry); 0 when it is absent or unreadable (the engine says why, if at all)."""
+    try:
+        size = os.stat(usage).st_size
+    except OSError:
+        return 0
+    return max(size - 24, 0) // 16
+
+
+def _log_hotlist(engine: NativeEngine, seconds: float) -> None:
+    """Say what the open did: slots warmed from the hotlist, and a hint it ignored, and why."""
     with engine._pointer:
         stats = engine._read_stats(engine._ctx)
         note = ffi.string(stats.usage_note).decode("utf-8", "replace")
-        warm, entries = stats.warm_bytes, stats.usage_entries
+        warm, entries, slots = stats.warm_bytes, stats.usage_entries, stats.warm_slots
+    log.info("engine open in %.1f s: %d expert slots warmed (%.1f MiB) from %d hotlist "
+             "entries", seconds, slots, warm / 2**20, entries)
     if note:
         log.warning("expert hotlist: %s", note)
-    elif entries:
-        log.info("expert hotlist: %d entries merged, %d bytes of experts warmed", entries, warm)
