@@ -109,7 +109,7 @@ struct waste_ctx {
     float *selw;                    /* [chunk][top_k] */
     uint8_t *expert_used;           /* [n_experts] */
     uint8_t *row_tmp;               /* one embedding row */
-    struct ws_pair *sample_pairs;   /* [vocab] (value, id) for sorting */
+    struct ws_pair *sample_pairs;   /* [2 * vocab] the sampler's work area */
 
     we_cache cache;
     wm_sizing sizing;
@@ -167,6 +167,11 @@ int32_t wh_save(waste_ctx *ctx, const char *path);
 typedef struct { uint64_t s[4]; } ws_rng;
 void ws_seed(ws_rng *r, uint64_t seed);
 double ws_uniform(ws_rng *r);
-int32_t ws_sample(waste_ctx *ctx, const float *logits, uint32_t n, const waste_gen_params *p, ws_rng *r, float *logprob);
+/* (value, id) pairs the sampler orders; value first so a pair is 16 bytes. */
+struct ws_pair { double v; int32_t id; int32_t pad; };
+/* Samples from logits[0..n) (docs/ENGINE.md §2); work holds 2n pairs (ctx->sample_pairs),
+ * so nothing is allocated per token. *logprob = the log-softmax of the raw logits at the id. */
+int32_t ws_sample(struct ws_pair *work, const float *logits, uint32_t n, const waste_gen_params *p, ws_rng *r,
+                  float *logprob);
 
 #endif

@@ -72,9 +72,9 @@ static int32_t buffer_bytes(const wc_container *c, uint32_t ctx_tokens, uint32_t
         return WASTE_E_FORMAT;
     }
     /* xs, xn, acc [chunk][H]; 12 buffers [maxw]; scores [T]; logits [V] (floats); sampler
-     * pairs [V] x 16; sel, selw [chunk][k]; expert flags [E]; one embedding row. */
+     * pairs [2V] x 16; sel, selw [chunk][k]; expert flags [E]; one embedding row. */
     uint64_t floats = cadd(cadd(cmul(3ull * chunk, cf->hidden, &ovf), 12 * w, &ovf), (uint64_t)ctx_tokens + cf->vocab, &ovf);
-    uint64_t sc = cadd(cmul(floats, 4, &ovf), (uint64_t)cf->vocab * 16, &ovf);
+    uint64_t sc = cadd(cmul(floats, 4, &ovf), (uint64_t)cf->vocab * 32, &ovf);
     sc = cadd(sc, cmul(2ull * chunk * 4, k, &ovf), &ovf);
     sc = cadd(sc, (uint64_t)MAX(cf->n_experts, 1) + embed_row_bytes(c) + 64, &ovf);
     /* K3: the mix xm [H], the residual blocks [n_blocks][chunk][H], latent z and sum [chunk][Rz] x 2 */
@@ -341,7 +341,7 @@ int32_t wm_alloc_state(waste_ctx *ctx, uint64_t *bytes, char *err, uint64_t cap)
     ctx->acc = counted((uint64_t)chunk * c->hidden, sizeof(float), &sum);
     ctx->scores = counted(T, sizeof(float), &sum);
     ctx->logits = counted(c->vocab, sizeof(float), &sum);
-    ctx->sample_pairs = counted(c->vocab, 16, &sum);  /* struct ws_pair is {double, int32_t, pad} */
+    ctx->sample_pairs = counted(2 * (uint64_t)c->vocab, 16, &sum);  /* struct ws_pair is {double, int32_t, pad} */
     ctx->sel = counted((uint64_t)chunk * MAX(c->top_k, 1), sizeof(int32_t), &sum);
     ctx->selw = counted((uint64_t)chunk * MAX(c->top_k, 1), sizeof(float), &sum);
     ctx->expert_used = counted(MAX(c->n_experts, 1), 1, &sum);
