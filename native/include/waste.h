@@ -89,9 +89,14 @@ typedef enum {
     WASTE_STOP_CALLBACK = 4    /* the token callback returned non-zero */
 } waste_stop_reason;
 
+/* Expert-cache eviction (docs/ENGINE.md §5 Policy). The policy changes which reads happen,
+ * never a logit. */
 typedef enum {
-    WASTE_CACHE_LFRU = 0,
-    WASTE_CACHE_LRU = 1
+    WASTE_CACHE_LFRU = 0,      /* 16 sampled slots: fewest hits since loaded, then oldest */
+    WASTE_CACHE_LRU = 1,       /* 16 sampled slots: oldest */
+    WASTE_CACHE_LAYER = 2      /* every slot: furthest next use in the layer cycle, then fewest
+                                * accesses since open, then oldest; never an expert the current
+                                * layer still needs. Scan-resistant below one token's working set */
 } waste_cache_policy;
 
 /* Kernel sets (cfg.kernels). All give bit-identical logits (docs/ENGINE.md §4.3); a named SIMD
@@ -111,7 +116,7 @@ typedef struct {
     uint32_t ctx_tokens;        /* [0 -> 4096] maximum position */
     uint64_t ram_budget_bytes;  /* [0 = auto, docs/ENGINE.md §5] */
     uint32_t n_threads;         /* [0 = one per allowed CPU] */
-    int32_t cache_policy;       /* [WASTE_CACHE_LFRU] */
+    int32_t cache_policy;       /* [WASTE_CACHE_LAYER] a waste_cache_policy */
     const char *cpu_list;       /* [NULL] e.g. "0-3,6"; Linux only; copied at open */
     int32_t direct_io;          /* [1] O_DIRECT bank reads, buffered fallback reported */
     int32_t verify;             /* [0] crc32 of every record read */

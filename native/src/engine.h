@@ -50,6 +50,9 @@ typedef struct {
     uint64_t tick;
     uint64_t rng;
     int32_t policy;
+    uint32_t n_banks;
+    uint32_t cur_bank;              /* LAYER: the bank being computed (we_begin_layer) */
+    const uint8_t *needed;          /* LAYER: [n_experts] this token's selection in cur_bank, or NULL */
     atomic_uint used;               /* slots filled so far; read by waste_get_stats */
     uint64_t held_bytes;            /* what we_init allocated (slots + tables) */
 } we_cache;
@@ -149,6 +152,14 @@ int32_t we_init(we_cache *c, uint64_t slot_bytes, uint32_t n_slots, uint32_t n_b
 void we_free(we_cache *c);
 /* Returns the record of (layer bank b, expert e), loading it on a miss; pins the slot. */
 int32_t we_get(waste_ctx *ctx, uint32_t bank, uint32_t e, const uint8_t **rec);
+/* The policy without I/O (we_get is lookup, read, install): counts the access; on a hit pins
+ * and returns the slot; on a miss returns -1 with *victim = the emptied slot the record must
+ * be read into (-1: none evictable). we_install maps it (pinned, 1 hit) once it is read. */
+int32_t we_lookup(we_cache *c, uint32_t bank, uint32_t e, int32_t *victim);
+void we_install(we_cache *c, int32_t s, uint32_t bank, uint32_t e);
+/* Tells the LAYER policy which bank is being computed and which of its experts the current
+ * token(s) select (needed[e] != 0; NULL = unknown); kept until the next call. */
+void we_begin_layer(we_cache *c, uint32_t bank, const uint8_t *needed);
 void we_unpin_all(we_cache *c);
 /* Fills empty slots from the highest access counts (ties: lower layer, then lower expert);
  * warmed slots start at 1 hit. Counts the reads in st_warm_bytes. */

@@ -628,6 +628,7 @@ static int32_t moe_chunk(waste_ctx *ctx, uint32_t l, uint32_t n) {
         memset(eacc + (uint64_t)t * R, 0, R * sizeof(float));
     }
     const wc_bank *b = &ctx->c.banks[L->bank];
+    we_begin_layer(&ctx->cache, (uint32_t)L->bank, ctx->expert_used);
     /* Ascending expert id: every token accumulates its experts in id order. */
     for (uint32_t e = 0; e < c->n_experts; e++) {
         if (!ctx->expert_used[e]) continue;

@@ -243,7 +243,7 @@ def test_cpu_pinning_changes_nothing(containers):
     assert os.sched_getaffinity(0) == before  # the caller's mask is restored after each call
 
 
-@pytest.mark.parametrize("policy", [0, 1])
+@pytest.mark.parametrize("policy", [0, 1, 2])   # lfru, lru, layer
 def test_floor_budget_cache_is_exact(containers, policy):
     path = containers["f32"]
     plan = plan_of(path)
