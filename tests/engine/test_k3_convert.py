@@ -252,3 +252,26 @@ def test_cli_plans_the_k3_release_geometry_from_its_config(libwaste):
     assert int(got["expert_bytes"]) == 92 * 896 * record
     assert float(got["tok_s_at_7GBps"]) == pytest.approx(7e9 / (92 * 16 * record), abs=1e-3)
     assert int(got["floor_bytes"]) > int(got["trunk_bytes"]) > 0
+
+
+def test_release_plan_from_its_config_equals_the_mxfp4_container(tmp_path, libwaste):
+    """synth --arch k3 (the release layout with MXFP4 experts) → the plan from its config.json
+    alone (bf16 trunk, MXFP4 experts: the release's formats) equals the converted container's."""
+    from tests.engine.conftest import require_module
+    from waste.adapters.native import NativeOptions, plan_memory
+    from waste.tools.plan_config import params, plannable
+
+    require_module("compressed_tensors", "synth --arch k3 packs MXFP4 with compressed-tensors")
+    hf, out = tmp_path / "k3", tmp_path / "k3.waste"
+    for cmd in ([sys.executable, "-m", "waste.tools.synth", str(hf), "--arch", "k3", "--seed", "1"],
+                [sys.executable, "-m", "waste.tools.convert", str(hf), str(out)]):
+        res = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+        assert res.returncode == 0, res.stderr
+    real = json.loads((out / "manifest.json").read_text())
+    assert real["arch"] == "kimi_k3" and {b["format"] for b in real["banks"]} == {"mxfp4"}
+    options = NativeOptions(usage_path="", ctx_tokens=512)
+    with plannable(hf) as (path, manifest):
+        assert manifest["banks"] == real["banks"]
+        assert plan_memory(path, options) == plan_memory(out, options)
+    with open_ctx(out) as c:
+        assert params(real) == (c.info.params_total, c.info.params_active)

@@ -169,17 +169,23 @@ def test_reference_without_deltas_is_transformers_kimi_linear(torch_stack, tiny_
 
 @pytest.mark.parametrize("dtype", ["f32", "int8", "int4"])
 def test_k3_synthetic_threads_and_kernels_are_exact(tiny_dir, libwaste, dtype):
-    """Every delta on (make_container --k3): 1 vs 2 threads and generic vs SIMD kernels give
-    byte-identical logits, in f32 and the quantized formats (docs/ENGINE.md §7)."""
-    from tests.engine.native import build_info
+    """Every delta on (make_container --k3): 1 vs 2 threads, generic vs SIMD kernels, and all
+    experts cached vs a cache at the floor give byte-identical logits, in f32 and the
+    quantized formats (docs/ENGINE.md §7)."""
+    from tests.engine.native import build_info, plan_of
     from waste.tools.make_container import Geometry, build_container
 
     path = tiny_dir / f"k3-synth-{dtype}.waste"
     if not path.exists():
         build_container(path, seed=2, geometry=Geometry(k3=True, dtype=dtype, layers=5, layout="KMKKM"))
     ids = prompt_of(24, 200, seed=8)
-    with open_ctx(path, n_threads=1, kernels=1) as g1, open_ctx(path, n_threads=2) as s2:
+    floor = plan_of(path).floor_bytes
+    with open_ctx(path, n_threads=1, kernels=1) as g1, open_ctx(path, n_threads=2) as s2, \
+            open_ctx(path, ram_budget_bytes=floor, cache_policy=1) as low:
         a = np.array([g1.eval([t]) for t in ids])
         b = np.array([s2.eval([t]) for t in ids])
+        c = np.array([low.eval([t]) for t in ids])   # cache at the floor (LRU), evicting
+        assert low.stats().misses > s2.stats().misses
     assert same_bytes(a, b), f"threads/kernels differ ({build_info()})"
+    assert same_bytes(a, c), "the floor-budget cache changed the logits"
     assert np.isfinite(a).all() and a.std() > 0.1
