@@ -227,7 +227,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="cache sizes as fractions of all expert records (default 0.1 0.3)")
     ap.add_argument("--tokens", type=int, default=64, help="measured decode tokens (default 64)")
     ap.add_argument("--warmup", type=int, default=8, help="warm-up decode tokens (default 8)")
-    ap.add_argument("--policy", choices=("lfru", "lru"), default="lfru")
+    ap.add_argument("--policy", choices=("layer", "lfru", "lru"), default="layer")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--segment", type=int, default=8,
                     help="measured tokens between two W/F probes (default 8)")

@@ -89,9 +89,14 @@ typedef enum {
     WASTE_STOP_CALLBACK = 4    /* the token callback returned non-zero */
 } waste_stop_reason;
 
+/* Expert-cache eviction (docs/ENGINE.md §5 Policy). The policy changes which reads happen,
+ * never a logit. */
 typedef enum {
-    WASTE_CACHE_LFRU = 0,
-    WASTE_CACHE_LRU = 1
+    WASTE_CACHE_LFRU = 0,      /* 16 sampled slots: fewest hits since loaded, then oldest */
+    WASTE_CACHE_LRU = 1,       /* 16 sampled slots: oldest */
+    WASTE_CACHE_LAYER = 2      /* every slot: furthest next use in the layer cycle, then fewest
+                                * accesses since open, then oldest; never an expert the current
+                                * layer still needs. Scan-resistant below one token's working set */
 } waste_cache_policy;
 
 /* Kernel sets (cfg.kernels). All give bit-identical logits (docs/ENGINE.md §4.3); a named SIMD
@@ -111,7 +116,7 @@ typedef struct {
     uint32_t ctx_tokens;        /* [0 -> 4096] maximum position */
     uint64_t ram_budget_bytes;  /* [0 = auto, docs/ENGINE.md §5] */
     uint32_t n_threads;         /* [0 = one per allowed CPU] */
-    int32_t cache_policy;       /* [WASTE_CACHE_LFRU] */
+    int32_t cache_policy;       /* [WASTE_CACHE_LAYER] a waste_cache_policy */
     const char *cpu_list;       /* [NULL] e.g. "0-3,6"; Linux only; copied at open */
     int32_t direct_io;          /* [1] O_DIRECT bank reads, buffered fallback reported */
     int32_t verify;             /* [0] crc32 of every record read */
@@ -153,7 +158,8 @@ typedef struct {
 
 typedef struct {
     uint32_t struct_size;
-    char arch[32];              /* "kimi_linear" */
+    char arch[32];              /* the manifest's arch: "kimi_linear" or "kimi_k3" (the K3
+                                 * deltas follow their config keys, not this name) */
     uint32_t n_layers;
     uint32_t n_moe_layers;
     uint32_t n_kda_layers;
@@ -280,7 +286,7 @@ void waste_stats_init(waste_stats *stats);
  * with the sizing code open uses. cfg NULL = defaults. The detail goes to err/err_cap.
  *   E_ARG          path or plan NULL, a struct_size mismatch, a cfg field out of range
  *   E_UNSUPPORTED  an unimplemented cfg option, a kernel set this CPU lacks, an unknown
- *                  arch or a K3 config key
+ *                  arch, activation or KDA decay form
  *   E_IO           manifest.json missing, unreadable or not a regular file
  *   E_FORMAT       the manifest breaks docs/FORMAT.md §3 (the detail names the field or
  *                  tensor), or the memory sizing overflows u64

@@ -52,7 +52,7 @@ WASTE_API void waste_cfg_init(waste_cfg *c) {
     if (!c) return;
     memset(c, 0, sizeof *c);
     c->struct_size = sizeof *c;
-    c->cache_policy = WASTE_CACHE_LFRU;
+    c->cache_policy = WASTE_CACHE_LAYER;
     c->direct_io = 1;
 }
 WASTE_API void waste_plan_init(waste_plan *p) { if (p) { memset(p, 0, sizeof *p); p->struct_size = sizeof *p; } }
@@ -73,7 +73,7 @@ static int32_t check_cfg(const waste_cfg *cfg, char *err, uint64_t cap) {
         wu_errf(err, cap, "waste_cfg.struct_size is %u, expected %u (call waste_cfg_init)", cfg->struct_size, (unsigned)sizeof(waste_cfg));
         return WASTE_E_ARG;
     }
-    if (cfg->cache_policy != WASTE_CACHE_LFRU && cfg->cache_policy != WASTE_CACHE_LRU) { wu_errf(err, cap, "cfg.cache_policy %d unknown", cfg->cache_policy); return WASTE_E_ARG; }
+    if (cfg->cache_policy != WASTE_CACHE_LFRU && cfg->cache_policy != WASTE_CACHE_LRU && cfg->cache_policy != WASTE_CACHE_LAYER) { wu_errf(err, cap, "cfg.cache_policy %d unknown", cfg->cache_policy); return WASTE_E_ARG; }
     if (cfg->kernels < WASTE_KERNELS_AUTO || cfg->kernels > WASTE_KERNELS_AVX512) { wu_errf(err, cap, "cfg.kernels %d unknown (0 auto, 1 generic, 2 avx2, 3 avx512)", cfg->kernels); return WASTE_E_ARG; }
     const char *why = NULL;
     if (!wk_select(cfg->kernels, &why)) {
@@ -137,7 +137,7 @@ WASTE_API int32_t waste_get_model_info(waste_ctx *ctx, waste_model_info *info) {
     const wc_config *c = &ctx->c.cfg;
     memset(info, 0, sizeof *info);
     info->struct_size = sizeof *info;
-    snprintf(info->arch, sizeof info->arch, "kimi_linear");
+    snprintf(info->arch, sizeof info->arch, "%s", ctx->c.arch);
     info->n_layers = c->n_layers; info->n_moe_layers = c->n_moe; info->n_kda_layers = c->n_kda; info->n_mla_layers = c->n_mla;
     info->n_experts = c->n_experts; info->top_k = c->top_k; info->n_shared_experts = c->n_shared;
     info->hidden = c->hidden; info->vocab = c->vocab;

@@ -25,6 +25,12 @@ typedef struct {
     /* MoE router (f32) */
     wm_mat router;
     const float *router_bias;
+    /* K3 deltas (engine.md §4.2); unbound (zero) when their config key is off */
+    wm_mat kda_g;                   /* use_full_rank_gate: [Hd, H] replaces g_a/g_b */
+    wm_mat mla_g;                   /* mla_use_output_gate: [h·dv, H] */
+    wm_mat lat_down, lat_up;        /* latent MoE: [Rz, H], [H, Rz] */
+    const float *lat_norm;          /* [Rz] with latent_moe_use_norm */
+    const float *res_attn_norm, *res_attn_proj, *res_mlp_norm, *res_mlp_proj;   /* [H] each */
 } wm_layer;
 
 /* Expert slots (docs/ENGINE.md §5). The per-slot arrays and the (bank, expert) tables are all
@@ -44,6 +50,9 @@ typedef struct {
     uint64_t tick;
     uint64_t rng;
     int32_t policy;
+    uint32_t n_banks;
+    uint32_t cur_bank;              /* LAYER: the bank being computed (we_begin_layer) */
+    const uint8_t *needed;          /* LAYER: [n_experts] this token's selection in cur_bank, or NULL */
     atomic_uint used;               /* slots filled so far; read by waste_get_stats */
     uint64_t held_bytes;            /* what we_init allocated (slots + tables) */
 } we_cache;
@@ -77,6 +86,7 @@ struct waste_ctx {
     wm_layer *layers;
     wm_mat lm_head;
     const float *final_norm;
+    const float *out_res_norm, *out_res_proj;   /* attention residuals' output mix: [H] */
     const wc_tensor *embed;
 
     /* state */
@@ -92,6 +102,9 @@ struct waste_ctx {
     float *xn;                      /* [chunk][H] normed FFN inputs of a chunk */
     float *acc;                     /* [chunk][H] FFN outputs of a chunk */
     float *buf[12];                 /* [maxw] each */
+    float *xm;                      /* [H] an attention-residual mix (never aliases its inputs) */
+    float *res;                     /* [n_blocks][chunk][H] attention-residual block snapshots */
+    float *lz, *lacc;               /* [chunk][Rz] latent MoE: z, and the experts' weighted sum */
     float *scores;                  /* [ctx_tokens] */
     float *logits;                  /* [vocab] */
     int has_logits;
@@ -99,7 +112,7 @@ struct waste_ctx {
     float *selw;                    /* [chunk][top_k] */
     uint8_t *expert_used;           /* [n_experts] */
     uint8_t *row_tmp;               /* one embedding row */
-    struct ws_pair *sample_pairs;   /* [vocab] (value, id) for sorting */
+    struct ws_pair *sample_pairs;   /* [2 * vocab] the sampler's work area */
 
     we_cache cache;
     wm_sizing sizing;
@@ -139,6 +152,14 @@ int32_t we_init(we_cache *c, uint64_t slot_bytes, uint32_t n_slots, uint32_t n_b
 void we_free(we_cache *c);
 /* Returns the record of (layer bank b, expert e), loading it on a miss; pins the slot. */
 int32_t we_get(waste_ctx *ctx, uint32_t bank, uint32_t e, const uint8_t **rec);
+/* The policy without I/O (we_get is lookup, read, install): counts the access; on a hit pins
+ * and returns the slot; on a miss returns -1 with *victim = the emptied slot the record must
+ * be read into (-1: none evictable). we_install maps it (pinned, 1 hit) once it is read. */
+int32_t we_lookup(we_cache *c, uint32_t bank, uint32_t e, int32_t *victim);
+void we_install(we_cache *c, int32_t s, uint32_t bank, uint32_t e);
+/* Tells the LAYER policy which bank is being computed and which of its experts the current
+ * token(s) select (needed[e] != 0; NULL = unknown); kept until the next call. */
+void we_begin_layer(we_cache *c, uint32_t bank, const uint8_t *needed);
 void we_unpin_all(we_cache *c);
 /* Fills empty slots from the highest access counts (ties: lower layer, then lower expert);
  * warmed slots start at 1 hit. Counts the reads in st_warm_bytes. */
@@ -157,6 +178,11 @@ int32_t wh_save(waste_ctx *ctx, const char *path);
 typedef struct { uint64_t s[4]; } ws_rng;
 void ws_seed(ws_rng *r, uint64_t seed);
 double ws_uniform(ws_rng *r);
-int32_t ws_sample(waste_ctx *ctx, const float *logits, uint32_t n, const waste_gen_params *p, ws_rng *r, float *logprob);
+/* (value, id) pairs the sampler orders; value first so a pair is 16 bytes. */
+struct ws_pair { double v; int32_t id; int32_t pad; };
+/* Samples from logits[0..n) (docs/ENGINE.md §2); work holds 2n pairs (ctx->sample_pairs),
+ * so nothing is allocated per token. *logprob = the log-softmax of the raw logits at the id. */
+int32_t ws_sample(struct ws_pair *work, const float *logits, uint32_t n, const waste_gen_params *p, ws_rng *r,
+                  float *logprob);
 
 #endif

@@ -1,10 +1,21 @@
 /* experts.c — the expert store: fixed 4096-aligned slots allocated at open, a direct map
  * (layer bank, expert) → slot, pins, hits, last use and per-expert access counts. Misses
- * read one record with one pread (container.c) into a free slot, else evict among 16
- * sampled unpinned slots (LFRU: fewest hits, oldest on ties; LRU: oldest), scanning all
- * when every sample is pinned. A miss is never skipped or substituted: with no evictable
- * slot the call fails with E_BUDGET. Open warms the slots from the hotlist's top counts.
- * No read-ahead yet (io_threads). */
+ * read one record with one pread (container.c) into a free slot, else into a victim chosen by
+ * the policy (docs/ENGINE.md §5 Policy):
+ * - LFRU / LRU: among 16 sampled unpinned slots, fewest hits then oldest / oldest; all slots
+ *   are scanned when every sample is pinned.
+ * - LAYER (the default): every unpinned slot is scanned, and the victim is the one whose next
+ *   possible use is furthest away in the cycle of MoE layers a token walks through (the
+ *   current layer's experts that this token does not select first, then the layer just
+ *   computed, and so on backwards), the fewest accesses since open (`counts`) among those,
+ *   the oldest on ties. A selected expert of the current layer is never the victim while
+ *   another slot is evictable. Under a cache smaller than one token's working set this
+ *   keeps a stable resident set per layer instead of cycling every slot through every layer
+ *   (LRU's loop pattern, hit rate 0), so uniform routing hits about the cached fraction, and
+ *   skewed routing keeps each layer's hottest experts.
+ * A miss is never skipped or substituted: with no evictable slot the call fails with
+ * E_BUDGET. Open warms the slots from the hotlist's top counts. No read-ahead yet
+ * (io_threads). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,7 +34,7 @@ uint64_t we_table_bytes(uint64_t n_all) { return n_all * (SLOT_ENTRY_BYTES + EXP
 int32_t we_init(we_cache *c, uint64_t slot_bytes, uint32_t n_slots, uint32_t n_banks, uint32_t n_experts,
                 int32_t policy, uint64_t seed) {
     memset(c, 0, sizeof *c);
-    c->slot_bytes = slot_bytes; c->n_slots = n_slots; c->policy = policy;
+    c->slot_bytes = slot_bytes; c->n_slots = n_slots; c->policy = policy; c->n_banks = n_banks; c->cur_bank = 0;
     c->n_experts = n_experts; c->n_all = (uint64_t)n_banks * n_experts;
     c->rng = seed ? seed : 0x9E3779B97F4A7C15ull;
     if (c->n_all == 0) { c->n_slots = 0; return WASTE_OK; }
@@ -70,8 +81,7 @@ static int better_victim(const we_cache *c, uint32_t a, int32_t b) {
     return c->last_use[a] < c->last_use[b];
 }
 
-static int32_t pick_slot(we_cache *c) {
-    if (c->used < c->n_slots) return (int32_t)c->used++;
+static int32_t pick_sampled(we_cache *c) {
     int32_t best = -1;
     for (int i = 0; i < 16; i++) {
         uint32_t s = (uint32_t)(next_rand(c) % c->n_slots);
@@ -83,10 +93,42 @@ static int32_t pick_slot(we_cache *c) {
     return best;
 }
 
+/* LAYER: how far ahead in the layer cycle slot s can next be used, from the current bank:
+ * bank cur+1 is next (0), the current bank itself is last (n_banks - 1). A selected expert of
+ * the current bank is needed now: below everything (-1). */
+static int64_t cycle_distance(const we_cache *c, uint32_t s) {
+    uint32_t b = (uint32_t)c->bank[s];
+    if (b == c->cur_bank && c->needed && c->needed[c->expert[s]]) return -1;
+    return (int64_t)((b + 2 * c->n_banks - c->cur_bank - 1) % c->n_banks);
+}
+
+static int32_t pick_layer(we_cache *c) {
+    int32_t best = -1;
+    int64_t bd = 0;
+    uint64_t bn = 0;
+    for (uint32_t s = 0; s < c->n_slots; s++) {
+        if (c->pin[s]) continue;
+        int64_t d = cycle_distance(c, s);
+        uint64_t n = c->counts[(uint64_t)c->bank[s] * c->n_experts + (uint32_t)c->expert[s]];
+        if (best < 0 || d > bd || (d == bd && (n < bn || (n == bn && c->last_use[s] < c->last_use[best])))) {
+            best = (int32_t)s; bd = d; bn = n;
+        }
+    }
+    return best;
+}
+
+static int32_t pick_slot(we_cache *c) {
+    if (c->used < c->n_slots) return (int32_t)c->used++;
+    return c->policy == WASTE_CACHE_LAYER ? pick_layer(c) : pick_sampled(c);
+}
+
+void we_begin_layer(we_cache *c, uint32_t bank, const uint8_t *needed) {
+    c->cur_bank = bank;
+    c->needed = needed;
+}
+
 /* ==== lookup ======================================================================= */
-int32_t we_get(waste_ctx *ctx, uint32_t bank, uint32_t e, const uint8_t **rec) {
-    we_cache *c = &ctx->cache;
-    const wc_bank *b = &ctx->c.banks[bank];
+int32_t we_lookup(we_cache *c, uint32_t bank, uint32_t e, int32_t *victim) {
     uint64_t key = (uint64_t)bank * c->n_experts + e;
     c->tick++;
     /* docs/ENGINE.md §5 Counting: one access per call (per token in decode, per distinct expert
@@ -96,18 +138,37 @@ int32_t we_get(waste_ctx *ctx, uint32_t bank, uint32_t e, const uint8_t **rec) {
     if (hit >= 0) {
         uint32_t s = (uint32_t)hit;
         c->hits[s]++; c->last_use[s] = c->tick; c->pin[s]++;
-        ctx->call_hits++; atomic_fetch_add(&ctx->st_hits, 1);
-        *rec = c->mem + (uint64_t)s * c->slot_bytes;
-        return WASTE_OK;
+        return hit;
     }
     int32_t s = pick_slot(c);
+    *victim = s;
+    if (s >= 0) {
+        if (c->bank[s] >= 0) c->slot_of[(uint64_t)c->bank[s] * c->n_experts + (uint32_t)c->expert[s]] = -1;
+        c->bank[s] = -1; c->expert[s] = -1;
+    }
+    return -1;
+}
+
+void we_install(we_cache *c, int32_t s, uint32_t bank, uint32_t e) {
+    c->bank[s] = (int32_t)bank; c->expert[s] = (int32_t)e; c->slot_of[(uint64_t)bank * c->n_experts + e] = s;
+    c->hits[s] = 1; c->last_use[s] = c->tick; c->pin[s] = 1;
+}
+
+int32_t we_get(waste_ctx *ctx, uint32_t bank, uint32_t e, const uint8_t **rec) {
+    we_cache *c = &ctx->cache;
+    const wc_bank *b = &ctx->c.banks[bank];
+    int32_t s;
+    int32_t hit = we_lookup(c, bank, e, &s);
+    if (hit >= 0) {
+        ctx->call_hits++; atomic_fetch_add(&ctx->st_hits, 1);
+        *rec = c->mem + (uint64_t)hit * c->slot_bytes;
+        return WASTE_OK;
+    }
     if (s < 0) {
         wx_err(ctx, "no evictable expert slot for expert %u of layer %u (%u slots, all pinned)", e, b->layer, c->n_slots);
         return WASTE_E_BUDGET;
     }
     uint8_t *dst = c->mem + (uint64_t)s * c->slot_bytes;
-    if (c->bank[s] >= 0) c->slot_of[(uint64_t)c->bank[s] * c->n_experts + (uint32_t)c->expert[s]] = -1;
-    c->bank[s] = -1; c->expert[s] = -1;
     double t0 = wu_now_ms();
     int32_t st = wc_read_record(&ctx->c, b, e, dst, (int)ctx->verify, ctx->err, sizeof ctx->err);
     double dt = wu_now_ms() - t0;
@@ -115,8 +176,7 @@ int32_t we_get(waste_ctx *ctx, uint32_t bank, uint32_t e, const uint8_t **rec) {
     atomic_fetch_add(&ctx->st_io_us, (uint64_t)(dt * 1000.0));
     atomic_fetch_add(&ctx->st_reads, 1);
     if (st) return st;
-    c->bank[s] = (int32_t)bank; c->expert[s] = (int32_t)e; c->slot_of[key] = s;
-    c->hits[s] = 1; c->last_use[s] = c->tick; c->pin[s] = 1;
+    we_install(c, s, bank, e);
     ctx->call_misses++; ctx->call_bytes += b->record_bytes;
     atomic_fetch_add(&ctx->st_misses, 1);
     atomic_fetch_add(&ctx->st_bytes, b->record_bytes);

@@ -114,7 +114,7 @@ int32_t wg_generate(waste_ctx *ctx, const int32_t *prompt, uint64_t n, const was
     double pass_start = t0;
     for (uint32_t idx = 0; st == WASTE_OK; idx++) {
         float lp;
-        int32_t tok = ws_sample(ctx, ctx->logits, ctx->c.cfg.vocab, params, &rng, &lp);
+        int32_t tok = ws_sample(ctx->sample_pairs, ctx->logits, ctx->c.cfg.vocab, params, &rng, &lp);
         int is_stop = 0;
         for (uint32_t i = 0; i < params->n_stop_ids; i++) if (params->stop_ids[i] == tok) is_stop = 1;
         int max_hit = params->max_tokens && idx + 1 >= params->max_tokens;

@@ -18,7 +18,7 @@ int main(void) {
     CHECK(waste_usable_ram() > (1u << 20));
 
     waste_cfg cfg; waste_cfg_init(&cfg);
-    CHECK(cfg.struct_size == sizeof cfg && cfg.direct_io == 1 && cfg.cache_policy == WASTE_CACHE_LFRU);
+    CHECK(cfg.struct_size == sizeof cfg && cfg.direct_io == 1 && cfg.cache_policy == WASTE_CACHE_LAYER);
     char err[256];
     waste_ctx *ctx = (waste_ctx *)&cfg;
     int32_t st = waste_open("/nonexistent/model.waste", &cfg, &ctx, err, sizeof err);

@@ -63,14 +63,24 @@ def _print_plan(settings: Settings) -> int:
         print("waste: --plan needs MODEL", file=sys.stderr)
         return 2
     from waste.adapters.native import plan_memory  # needs libwaste built (see above)
+    from waste.tools.plan_config import cold_token_lines, plan_anyway, plannable
 
+    refused = None
     try:
-        plan = plan_memory(settings.model, settings)
+        # A config.json (or a checkpoint directory without weights) is planned as the
+        # container its conversion would write, on any machine (waste.tools.plan_config).
+        with plannable(settings.model) as (path, manifest):
+            if manifest is None:
+                plan = plan_memory(path, settings)
+            else:
+                plan, refused = plan_anyway(path, settings)
     except Exception as exc:
         print(f"waste: plan refused: {exc}", file=sys.stderr)
         return 1
-    for key, value in plan.items():
+    for key, value in [*plan.items(), *cold_token_lines(plan, manifest, 7.0)]:
         print(f"{key:>20}: {value}")
+    if refused:
+        print(f"{'this_machine':>20}: does not fit ({refused})")
     return 0
 
 

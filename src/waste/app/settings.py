@@ -29,7 +29,7 @@ class Settings:
     ctx: int = 0
     threads: int = 0
     cpus: str | None = None
-    cache: str = "lfru"
+    cache: str = "layer"
     direct_io: bool = True
     vision: bool = False
     verify: bool = False
@@ -106,7 +106,7 @@ _VALUED = {
     "ctx": ("ctx", lambda t, w: _parse_int(t, w)),
     "threads": ("threads", lambda t, w: _parse_int(t, w)),
     "cpus": ("cpus", _check_cpus),
-    "cache": ("cache", lambda t, w: _choice(t, w, ("lfru", "lru"))),
+    "cache": ("cache", lambda t, w: _choice(t, w, ("layer", "lfru", "lru"))),
     "usage": ("usage", lambda t, w: t),
     "max-tokens": ("max_tokens", lambda t, w: _parse_int(t, w, 1)),
     "max-queue": ("max_queue", lambda t, w: _parse_int(t, w, 0)),
