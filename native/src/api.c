@@ -62,6 +62,7 @@ WASTE_API void waste_gen_params_init(waste_gen_params *p) {
     memset(p, 0, sizeof *p);
     p->struct_size = sizeof *p;
     p->top_p = 1.0f;
+    p->repetition_penalty = 1.0f;
 }
 WASTE_API void waste_gen_result_init(waste_gen_result *p) { if (p) { memset(p, 0, sizeof *p); p->struct_size = sizeof *p; } }
 WASTE_API void waste_stats_init(waste_stats *p) { if (p) { memset(p, 0, sizeof *p); p->struct_size = sizeof *p; } }
@@ -253,6 +254,17 @@ static int32_t check_params(waste_ctx *ctx, const waste_gen_params *p) {
     if (!(p->temperature >= 0.0f) || isinf(p->temperature)) { wx_err(ctx, "params.temperature must be a finite number >= 0"); return WASTE_E_ARG; }
     if (!(p->top_p > 0.0f && p->top_p <= 1.0f)) { wx_err(ctx, "params.top_p must be in (0, 1]"); return WASTE_E_ARG; }
     if (p->n_stop_ids && !p->stop_ids) { wx_err(ctx, "params.stop_ids is NULL but n_stop_ids is %u", p->n_stop_ids); return WASTE_E_ARG; }
+    if (p->n_top_logprobs > WASTE_MAX_TOP_LOGPROBS) { wx_err(ctx, "params.n_top_logprobs must be at most %d, not %u", WASTE_MAX_TOP_LOGPROBS, p->n_top_logprobs); return WASTE_E_ARG; }
+    if (p->n_logit_bias && (!p->logit_bias_ids || !p->logit_bias)) { wx_err(ctx, "params.logit_bias_ids or logit_bias is NULL but n_logit_bias is %u", p->n_logit_bias); return WASTE_E_ARG; }
+    for (uint32_t i = 0; i < p->n_logit_bias; i++) {
+        if (p->logit_bias_ids[i] < 0 || (uint32_t)p->logit_bias_ids[i] >= ctx->c.cfg.vocab) {
+            wx_err(ctx, "params.logit_bias_ids[%u] = %d is outside the vocabulary", i, p->logit_bias_ids[i]); return WASTE_E_ARG;
+        }
+        if (!isfinite(p->logit_bias[i])) { wx_err(ctx, "params.logit_bias[%u] must be finite", i); return WASTE_E_ARG; }
+    }
+    if (!isfinite(p->presence_penalty) || !isfinite(p->frequency_penalty)) { wx_err(ctx, "params.presence_penalty and frequency_penalty must be finite"); return WASTE_E_ARG; }
+    if (!(p->repetition_penalty > 0.0f) || isinf(p->repetition_penalty)) { wx_err(ctx, "params.repetition_penalty must be a finite number > 0"); return WASTE_E_ARG; }
+    if (!(p->min_p >= 0.0f && p->min_p <= 1.0f)) { wx_err(ctx, "params.min_p must be in [0, 1]"); return WASTE_E_ARG; }
     return WASTE_OK;
 }
 

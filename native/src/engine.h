@@ -181,8 +181,17 @@ double ws_uniform(ws_rng *r);
 /* (value, id) pairs the sampler orders; value first so a pair is 16 bytes. */
 struct ws_pair { double v; int32_t id; int32_t pad; };
 /* Samples from logits[0..n) (docs/ENGINE.md §2); work holds 2n pairs (ctx->sample_pairs),
- * so nothing is allocated per token. *logprob = the log-softmax of the raw logits at the id. */
+ * so nothing is allocated per token. *logprob = the log-softmax of logits at the id. */
 int32_t ws_sample(struct ws_pair *work, const float *logits, uint32_t n, const waste_gen_params *p, ws_rng *r,
                   float *logprob);
+/* Logit processing in place, in order: logit bias, repetition penalty (ids with seen[j] or
+ * counts[j]), frequency and presence penalties (counts[j] = generated this call), then -inf
+ * for every id whose bit in allowed is clear. counts, seen, allowed may be NULL (that step
+ * off). With default params and NULLs nothing is written. */
+void ws_adjust(float *logits, uint32_t n, const waste_gen_params *p, const uint32_t *counts,
+               const uint8_t *seen, const uint32_t *allowed);
+/* The k (<= n) most likely ids of logits, descending (ties: lower id), with their
+ * log-softmax; NaN and -inf never listed. Returns how many were written. */
+uint32_t ws_top(const float *logits, uint32_t n, uint32_t k, int32_t *ids, float *lps);
 
 #endif

@@ -11,7 +11,11 @@
  * vocabulary is ordered by a stable LSD radix sort (O(n), no comparisons). Any correct
  * sort gives the same permutation (the order is total), so the draws are those of a plain
  * sort: native/tests/test_sampler.c checks that against qsort over many vectors and seeds.
- * The work area is ctx->sample_pairs, 2·vocab pairs allocated at open: nothing per token. */
+ * The work area is ctx->sample_pairs, 2·vocab pairs allocated at open: nothing per token.
+ *
+ * Before that, ws_adjust processes the logits in place (logit bias, repetition, frequency
+ * and presence penalties, the allowed-token mask) and min_p cuts after temperature; with the
+ * defaults none of it touches a value. ws_top reports the most likely ids. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -133,9 +137,16 @@ static int32_t sample_tempered(struct ws_pair *work, const float *logits, uint32
         a[i].v = v == v ? v : -INFINITY;   /* a NaN logit (damaged weights) gets weight 0; the order stays total */
         a[i].id = (int32_t)i; a[i].pad = 0;
     }
+    if (p->min_p > 0.0f) {   /* vLLM's min_p: p_i / p_max = e^v_i >= min_p, else weight 0 */
+        double floor_p = (double)p->min_p;
+        for (uint32_t i = 0; i < n; i++) if (!(wn_exp(a[i].v) >= floor_p)) a[i].v = -INFINITY;
+    }
     uint32_t m = n;
     if (p->top_k > 0 && p->top_k < m) m = p->top_k;
     struct ws_pair *ps = m < n ? top_k_sorted(a, b, n, m) : radix_sort(a, b, n);
+    /* -inf (masked, cut by min_p, NaN) sorts last and has weight 0: never kept, so that the
+     * rounding fallback below cannot land on it. The max (v = 0) is always finite. */
+    while (m > 1 && ps[m - 1].v == -INFINITY) m--;
     double sum = 0.0;
     for (uint32_t i = 0; i < m; i++) { ps[i].v = wn_exp(ps[i].v); sum += ps[i].v; }   /* v -> weight */
     if (p->top_p < 1.0f) {
@@ -167,4 +178,47 @@ int32_t ws_sample(struct ws_pair *work, const float *logits, uint32_t n, const w
     for (uint32_t i = 0; i < n; i++) z += wn_exp((double)logits[i] - (double)mx);
     *logprob = (float)(((double)logits[tok] - (double)mx) - wn_log(z));
     return tok;
+}
+
+/* ==== logit processing ============================================================= */
+void ws_adjust(float *logits, uint32_t n, const waste_gen_params *p, const uint32_t *counts,
+               const uint8_t *seen, const uint32_t *allowed) {
+    for (uint32_t i = 0; i < p->n_logit_bias; i++) logits[p->logit_bias_ids[i]] += p->logit_bias[i];
+    if (seen && p->repetition_penalty != 1.0f) {
+        float r = p->repetition_penalty;
+        for (uint32_t j = 0; j < n; j++)
+            if (seen[j] || (counts && counts[j])) logits[j] = logits[j] > 0.0f ? logits[j] / r : logits[j] * r;
+    }
+    if (counts && (p->frequency_penalty != 0.0f || p->presence_penalty != 0.0f)) {
+        for (uint32_t j = 0; j < n; j++) {
+            if (!counts[j]) continue;
+            logits[j] -= p->frequency_penalty * (float)counts[j];
+            logits[j] -= p->presence_penalty;
+        }
+    }
+    if (allowed)
+        for (uint32_t j = 0; j < n; j++) if (!((allowed[j >> 5] >> (j & 31)) & 1u)) logits[j] = -INFINITY;
+}
+
+uint32_t ws_top(const float *logits, uint32_t n, uint32_t k, int32_t *ids, float *lps) {
+    if (k > n) k = n;
+    if (k == 0) return 0;
+    float mx = logits[0];
+    for (uint32_t i = 1; i < n; i++) if (logits[i] > mx) mx = logits[i];
+    double z = 0.0;
+    for (uint32_t i = 0; i < n; i++) if (logits[i] > -INFINITY) z += wn_exp((double)logits[i] - (double)mx);
+    double lz = wn_log(z);   /* a NaN logit (damaged weights) has weight 0 here, as in the draw */
+    /* insertion into a descending list of k: a later id enters only when strictly larger, so
+     * ties keep the lower id first; a NaN never enters (comparisons with it are false) */
+    uint32_t m = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        float v = logits[i];
+        if (!(v > -INFINITY)) continue;   /* NaN and -inf (masked) are never listed */
+        if (m == k && !(v > logits[ids[k - 1]])) continue;
+        uint32_t at = m < k ? m++ : k - 1;
+        while (at > 0 && v > logits[ids[at - 1]]) { ids[at] = ids[at - 1]; at--; }
+        ids[at] = (int32_t)i;
+    }
+    for (uint32_t i = 0; i < m; i++) lps[i] = (float)(((double)logits[ids[i]] - (double)mx) - lz);
+    return m;
 }
