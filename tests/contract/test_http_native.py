@@ -136,3 +136,25 @@ def test_a_container_without_a_tokenizer_serves_clear_400s(tokenizerless_contain
 def test_the_fake_without_a_tokenizer_answers_the_same():
     with running(fake({"tokenizer": False}), Settings(fake_engine="builtin")) as (base, app):
         _check_no_tokenizer(base)
+
+
+def test_logit_bias_and_penalties_reach_the_sampler(client):
+    target = 300  # an ordinary byte-level id of the synthetic vocabulary
+    body = client.post("/v1/completions", json={"prompt": "Once upon", "max_tokens": 6, "temperature": 1,
+                                                  "seed": 4, "logit_bias": {str(target): 100}}).json()
+    plain = client.post("/v1/completions", json={"prompt": "Once upon", "max_tokens": 6, "temperature": 1,
+                                                   "seed": 4}).json()
+    assert body["usage"]["completion_tokens"] == 6
+    assert body["choices"][0]["text"] != plain["choices"][0]["text"]
+    penalised = client.post("/v1/completions", json={"prompt": "Once upon", "max_tokens": 6, "temperature": 1,
+                                                       "seed": 4, "logit_bias": {str(target): 100},
+                                                       "frequency_penalty": 2, "presence_penalty": 2,
+                                                       "repetition_penalty": 3.0, "min_p": 0.2})
+    assert penalised.status_code == 200
+
+
+def test_a_logit_bias_id_outside_the_vocabulary_is_a_400(client):
+    vocab = client.get("/v1/models").json()["data"][0]["waste"]["vocab"]
+    response = client.post("/v1/chat/completions", json=chat("hi", logit_bias={str(vocab): 5}))
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == f"logit_bias.{vocab}"

@@ -481,7 +481,7 @@ def test_open_webui_body_with_unknown_fields():
 def test_unknown_fields_of_any_type_are_ignored():
     base = parse_chat_request(chat())
     for value in (None, 1, 1.5, True, "x", [], [1, [2]], {"a": {"b": []}}):
-        body = chat(frequency_penalty=value, model=value, user=value, metadata=value, logit_bias=value, zzz=value)
+        body = chat(model=value, user=value, metadata=value, zzz=value)
         assert parse_chat_request(body) == base
 
 
@@ -785,3 +785,35 @@ def test_byte_depth_scan_matches_recursion(value, ascii_only, indent):
 def test_byte_depth_scan_escapes(text):
     for value in ([text], {text: [[text]]}, [[{"k": text}], text]):
         assert nesting_depth(json.dumps(value).encode()) == true_depth(value)
+
+
+# -- sampling controls (docs/HTTP.md §2.2; the engine applies them, docs/ENGINE.md §2) -------
+
+
+def test_sampling_controls_are_parsed():
+    req = parse_chat_request(chat(presence_penalty=0.5, frequency_penalty=-1, repetition_penalty=1.2,
+                                  min_p=0.1, logit_bias={"7": 100, "3": -2.5}))
+    assert (req.presence_penalty, req.frequency_penalty, req.repetition_penalty, req.min_p) == (0.5, -1.0, 1.2, 0.1)
+    assert req.logit_bias == ((3, -2.5), (7, 100.0))
+    assert parse_chat_request(chat()).logit_bias == ()
+
+
+@pytest.mark.parametrize("field,value,param", [
+    ("presence_penalty", 2.5, "presence_penalty"), ("frequency_penalty", "1", "frequency_penalty"),
+    ("repetition_penalty", 0, "repetition_penalty"), ("min_p", 1.01, "min_p"),
+    ("logit_bias", [1], "logit_bias"), ("logit_bias", {"x": 1}, "logit_bias.x"),
+    ("logit_bias", {"-1": 1}, "logit_bias.-1"), ("logit_bias", {"5": 101}, "logit_bias.5"),
+    ("logit_bias", {"5": "1"}, "logit_bias.5"),
+])
+def test_bad_sampling_controls_name_the_field(field, value, param):
+    with pytest.raises(InvalidRequest) as info:
+        parse_chat_request(chat(**{field: value}))
+    assert info.value.param == param
+
+
+def test_logit_bias_ids_are_checked_against_the_vocabulary():
+    from waste.domain.requests.fields import check_logit_bias_ids
+    check_logit_bias_ids(((0, 1.0), (99, 1.0)), 100)
+    with pytest.raises(InvalidRequest) as info:
+        check_logit_bias_ids(((0, 1.0), (100, 1.0)), 100)
+    assert info.value.param == "logit_bias.100"

@@ -144,6 +144,13 @@ class SamplingParams:
     seed: int = 0
     max_tokens: int = 4096
     stop_ids: tuple[int, ...] = ()
+    #: Logit processing (docs/ENGINE.md §2 Logit processing); the defaults change nothing.
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    min_p: float = 0.0
+    top_logprobs: int = 0
 
 
 @attrs.frozen(kw_only=True)
@@ -177,9 +184,18 @@ class TokenEvent:
     piece: bytes
     logprob: float
     is_stop: bool
+    #: the ``SamplingParams.top_logprobs`` most likely (id, logprob) pairs, descending
+    top: tuple[tuple[int, float], ...] = ()
     experts_hit: int = 0
     experts_missed: int = 0
     bytes_read: int = 0
+
+
+#: The allowed-token mask (docs/ENGINE.md §2 Logit processing): called before each token
+#: with its 0-based index and the vocab-sized bitset (uint32 words, bit ``id % 32`` of word
+#: ``id // 32``; every id allowed on entry); it clears the forbidden ids' bits and returns
+#: True to stop before the token. Runs on the engine's thread, between tokens.
+MaskFiller = Callable[[int, memoryview], bool]
 
 
 @attrs.frozen(kw_only=True)
@@ -312,10 +328,14 @@ class Engine(Protocol):
         ...
 
     def generate(self, prompt: Prompt, params: SamplingParams, on_token: TokenCallback, *,
-                 is_cancelled: Callable[[], bool] | None = None) -> GenerationResult:
+                 is_cancelled: Callable[[], bool] | None = None,
+                 mask: MaskFiller | None = None) -> GenerationResult:
         """Generate a reply to ``prompt`` from a fresh state: expand its images, prefill, then
         sample until a stop id, ``max_tokens`` (cut to the room the prompt leaves), a full
         context, or ``on_token`` returning True (``stop_reason`` ``callback``).
+
+        ``mask`` (when given) restricts each token to the ids it leaves allowed; ``params``
+        carries the logit processing (bias, penalties, min_p) and ``top_logprobs``.
 
         ``is_cancelled`` is asked once the state is fresh, before any work: True ends the
         call with Cancelled (an ``abort`` that came before the call started is not lost).

@@ -18,7 +18,7 @@ import attrs
 import trio
 
 from waste.domain.chatjson.load import marker_strings
-from waste.domain.ports import (Cancelled, EngineBusy, EngineStats, GenerationResult,
+from waste.domain.ports import (MaskFiller, Cancelled, EngineBusy, EngineStats, GenerationResult,
                                 InvalidArgument, ModelInfo, Prompt, PromptImage,
                                 SamplingParams, TokenCallback, TokenEvent, Unsupported,
                                 fit_to_context)
@@ -130,7 +130,10 @@ class FakeEngine:
 
     # -- generation -----------------------------------------------------------------------
     def generate(self, prompt: Prompt, params: SamplingParams, on_token: TokenCallback, *,
-                 is_cancelled: Callable[[], bool] | None = None) -> GenerationResult:
+                 is_cancelled: Callable[[], bool] | None = None,
+                 mask: MaskFiller | None = None) -> GenerationResult:
+        if mask is not None:  # a script cannot obey a mask: refused, never ignored
+            raise Unsupported("fake engine: an allowed-token mask needs a real engine (scripted replies)")
         with self._busy_call():
             self._reset()
             if is_cancelled is not None and is_cancelled():

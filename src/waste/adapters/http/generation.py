@@ -28,6 +28,7 @@ from waste.domain.reply.text import TextReader
 from waste.domain.ports import SamplingParams
 from waste.domain.errors import ContextLengthExceeded, InvalidRequest
 from waste.domain.requests import parse_chat_request, parse_completion_request, parse_json_body
+from waste.domain.requests.fields import check_logit_bias_ids
 from waste.service import Failed, Finished, Job, Released, Started
 
 
@@ -42,7 +43,10 @@ def _sampling(req, prompt_len: int, ctx: int, default_max: int, stop_ids, param:
     seed = req.seed if req.seed is not None else secrets.randbelow(2 ** 53)
     cap = min(req.max_tokens or default_max, ctx - prompt_len)
     return SamplingParams(temperature=req.temperature, top_p=req.top_p, top_k=req.top_k,
-                          seed=seed, max_tokens=cap, stop_ids=tuple(stop_ids))
+                          seed=seed, max_tokens=cap, stop_ids=tuple(stop_ids),
+                          logit_bias=req.logit_bias, presence_penalty=req.presence_penalty,
+                          frequency_penalty=req.frequency_penalty,
+                          repetition_penalty=req.repetition_penalty, min_p=req.min_p)
 
 
 async def chat_completions(state: ServerState) -> Response:
@@ -51,6 +55,7 @@ async def chat_completions(state: ServerState) -> Response:
     fmt = state.chat_format
     fmt.require_usable()
     req = parse_chat_request(body)
+    check_logit_bias_ids(req.logit_bias, info.vocab)
     fmt.check_request(req)
     # Decoding up to 8 × 50 MP must not stall the event loop (/health answers at once).
     images = await trio.to_thread.run_sync(functools.partial(
@@ -70,6 +75,7 @@ async def completions(state: ServerState) -> Response:
     body = await read_json_body()
     info = state.require_loaded()
     req = parse_completion_request(body)
+    check_logit_bias_ids(req.logit_bias, info.vocab)
     state.require_tokenizer("prompt")
     tokenizer = state.tokenizer
     prompt = await state.call_tokenizer(tokenizer.tokenize, req.prompt)

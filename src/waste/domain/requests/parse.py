@@ -30,6 +30,8 @@ from waste.domain.requests.fields import (
     parse_token_cap,
     parse_top_k,
     parse_top_logprobs,
+    parse_penalties,
+    parse_logit_bias,
     parse_top_p,
     shorten,
     wrong_type,
@@ -68,6 +70,11 @@ class GenerationFields:
     stream: bool = False
     include_usage: bool = False
     logprobs: bool = False
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    min_p: float = 0.0
+    logit_bias: tuple[tuple[int, float], ...] = ()
 
 
 @attrs.frozen(kw_only=True)
@@ -141,6 +148,8 @@ def parse_chat_request(body: dict[str, Any]) -> ChatRequest:
     logprobs = optional_bool(body, "logprobs") or False
     include_usage = parse_include_usage(body, stream=stream)
     parse_top_logprobs(body)
+    presence, frequency, repetition, min_p = parse_penalties(body)
+    logit_bias = parse_logit_bias(body)
     thinking = parse_thinking(body)
     _refuse_legacy_functions(body)
     return ChatRequest(
@@ -158,6 +167,11 @@ def parse_chat_request(body: dict[str, Any]) -> ChatRequest:
         stream=stream,
         include_usage=include_usage,
         logprobs=logprobs,
+        presence_penalty=presence,
+        frequency_penalty=frequency,
+        repetition_penalty=repetition,
+        min_p=min_p,
+        logit_bias=logit_bias,
         thinking=thinking,
         image_parts=image_parts,
     )
@@ -285,6 +299,8 @@ def parse_completion_request(body: dict[str, Any]) -> CompletionRequest:
     stream = optional_bool(body, "stream") or False
     include_usage = parse_include_usage(body, stream=stream)
     logprobs = _parse_completion_logprobs(body.get("logprobs"))
+    presence, frequency, repetition, min_p = parse_penalties(body)
+    logit_bias = parse_logit_bias(body)
     if optional_bool(body, "echo"):
         raise InvalidRequest(
             "echo=true is not supported: the prompt is never repeated; send echo=false.", "echo", UNSUPPORTED
@@ -308,6 +324,11 @@ def parse_completion_request(body: dict[str, Any]) -> CompletionRequest:
         stream=stream,
         include_usage=include_usage,
         logprobs=logprobs,
+        presence_penalty=presence,
+        frequency_penalty=frequency,
+        repetition_penalty=repetition,
+        min_p=min_p,
+        logit_bias=logit_bias,
     )
 
 
