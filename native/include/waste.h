@@ -63,7 +63,7 @@ extern "C" {
 
 /* WASTE_CDEF_BEGIN */
 
-#define WASTE_API_VERSION 4
+#define WASTE_API_VERSION 5
 #define WASTE_MAX_TOP_LOGPROBS 20   /* waste_gen_params.n_top_logprobs at most */
 
 /* Status codes (docs/ENGINE.md §1). */
@@ -131,8 +131,15 @@ typedef struct {
                                  * hottest experts warm the slots. Also save_usage's default
                                  * target. Copied at open. */
     uint32_t prefill_chunk;     /* [0 -> 64; 1 = token by token] */
-    uint32_t io_threads;        /* [0] non-zero returns E_UNSUPPORTED for now */
-    uint32_t lookahead;         /* [0] non-zero returns E_UNSUPPORTED for now */
+    uint32_t io_threads;        /* [0 = reads on the computing thread] 1..64 reader threads:
+                                 * a layer's misses (up to top_k) are queued at once and each
+                                 * expert is computed when its record has landed, in ascending
+                                 * id as always (docs/ENGINE.md §5): logits never change */
+    uint32_t lookahead;         /* [0] 1 = decode router lookahead: the next MoE layer's router
+                                 * on this layer's FFN input guesses its experts and queues
+                                 * speculative reads into evictable slots; the real router
+                                 * still decides (logits never change). Needs io_threads >= 1;
+                                 * values above 1 are E_ARG */
     int32_t tokenizer_only;     /* [0] load the tokenizer and manifest only */
     int32_t kernels;            /* [WASTE_KERNELS_AUTO] a waste_kernels value */
 } waste_cfg;
@@ -272,11 +279,12 @@ typedef struct {
     uint64_t tokens;            /* tokens evaluated */
     uint64_t hits;              /* expert accesses served from a slot */
     uint64_t misses;            /* expert accesses that read a record */
-    uint64_t reads;
-    uint64_t bytes_read;        /* by misses (warming is counted in warm_bytes only) */
+    uint64_t reads;             /* record reads issued: misses + lookahead guesses */
+    uint64_t bytes_read;        /* by misses and guesses (warming is counted in warm_bytes only) */
     uint64_t warm_bytes;        /* records read at open to warm the slots from the hotlist */
     double compute_s;
-    double io_s;
+    double io_s;                /* the sum of every read's duration (overlapping reads add up;
+                                 * see disk_busy_s) */
     uint64_t budget_bytes;
     uint64_t allocated_bytes;   /* engine buffers held now: trunk, state (incl. the expert
                                  * tables), scratch, expert slots, plus any transient buffer;
@@ -294,6 +302,18 @@ typedef struct {
     uint64_t warm_slots;        /* slots warmed at open (warm_bytes in records) */
     char usage_note[160];       /* why the hotlist was ignored or entries skipped; empty when
                                  * it was read cleanly, absent, or usage_path is "" */
+    /* API version 4: reading ahead (cfg.io_threads, cfg.lookahead). */
+    uint32_t io_threads;        /* reader threads running (cfg.io_threads) */
+    uint32_t lookahead;         /* cfg.lookahead */
+    uint64_t guesses;           /* speculative reads issued by lookahead */
+    uint64_t guess_hits;        /* guesses the real router then selected (accuracy =
+                                 * guess_hits / guesses); each is also counted as a miss */
+    uint64_t wasted_bytes;      /* bytes of guesses never selected by the token they were
+                                 * read for (the record stays cached) */
+    uint64_t queue_depth_max;   /* most reads queued or in flight at once in the reader pool */
+    double disk_busy_s;         /* time at least one read was in flight in the reader pool
+                                 * (with io_threads 0: io_s, the reads being serial) */
+    double io_wait_s;           /* time the computing thread waited for a record */
 } waste_stats;
 
 /* ---- static calls: safe from any thread, no ctx ------------------------------------ */

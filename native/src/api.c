@@ -84,8 +84,9 @@ static int32_t check_cfg(const waste_cfg *cfg, char *err, uint64_t cap) {
     if (cfg->ctx_tokens > (1u << 24)) { wu_errf(err, cap, "cfg.ctx_tokens %u above 16777216", cfg->ctx_tokens); return WASTE_E_ARG; }
     if (cfg->n_threads > 1024) { wu_errf(err, cap, "cfg.n_threads %u above 1024", cfg->n_threads); return WASTE_E_ARG; }
     if (cfg->prefill_chunk > 4096) { wu_errf(err, cap, "cfg.prefill_chunk %u above 4096", cfg->prefill_chunk); return WASTE_E_ARG; }
-    if (cfg->io_threads) { wu_errf(err, cap, "cfg.io_threads: read-ahead threads are not implemented yet"); return WASTE_E_UNSUPPORTED; }
-    if (cfg->lookahead) { wu_errf(err, cap, "cfg.lookahead: router lookahead is not implemented yet"); return WASTE_E_UNSUPPORTED; }
+    if (cfg->io_threads > 64) { wu_errf(err, cap, "cfg.io_threads %u above 64", cfg->io_threads); return WASTE_E_ARG; }
+    if (cfg->lookahead > 1) { wu_errf(err, cap, "cfg.lookahead %u: only 1 (the next MoE layer) is supported", cfg->lookahead); return WASTE_E_ARG; }
+    if (cfg->lookahead && !cfg->io_threads) { wu_errf(err, cap, "cfg.lookahead needs cfg.io_threads >= 1 (guesses are read in the background)"); return WASTE_E_ARG; }
     if (cfg->vision) { wu_errf(err, cap, "cfg.vision: the vision tower is not implemented yet"); return WASTE_E_UNSUPPORTED; }
     return WASTE_OK;
 }
@@ -304,6 +305,21 @@ WASTE_API int32_t waste_get_stats(waste_ctx *ctx, waste_stats *s) {
     snprintf(s->usage_note, sizeof s->usage_note, "%s", ctx->usage_note);
     s->slots_total = ctx->cache.n_slots;
     s->slots_used = ctx->cache.used;
+    s->io_threads = ctx->io_threads;
+    s->lookahead = ctx->lookahead;
+    s->guesses = atomic_load(&ctx->st_guesses);
+    s->guess_hits = atomic_load(&ctx->st_guess_hits);
+    s->wasted_bytes = atomic_load(&ctx->st_wasted_bytes);
+    s->io_wait_s = (double)atomic_load(&ctx->st_wait_us) / 1e6;
+    if (ctx->io) {
+        uint32_t depth; uint64_t busy, read_us;
+        wi_stats(ctx->io, &depth, &busy, &read_us);
+        s->queue_depth_max = depth;
+        s->disk_busy_s = (double)busy / 1e6;
+    } else {
+        s->queue_depth_max = s->reads ? 1 : 0;
+        s->disk_busy_s = s->io_s;
+    }
     return WASTE_OK;
 }
 

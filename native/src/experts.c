@@ -24,9 +24,9 @@
 #include "engine.h"
 
 /* ==== allocation =================================================================== */
-/* Per slot entry: bank, expert (i32), last_use, hits (u64), pin (u32); per (bank, expert):
+/* Per slot entry: bank, expert (i32), last_use, hits (u64), pin (u32), req (i32), spec (u8); per (bank, expert):
  * slot_of (i32) and counts (u64). */
-#define SLOT_ENTRY_BYTES (4 + 4 + 8 + 8 + 4)
+#define SLOT_ENTRY_BYTES (4 + 4 + 8 + 8 + 4 + 4 + 1)   /* + the read in flight (i32), speculative (u8) */
 #define EXPERT_ENTRY_BYTES (4 + 8)
 
 uint64_t we_table_bytes(uint64_t n_all) { return n_all * (SLOT_ENTRY_BYTES + EXPERT_ENTRY_BYTES); }
@@ -50,24 +50,33 @@ int32_t we_init(we_cache *c, uint64_t slot_bytes, uint32_t n_slots, uint32_t n_b
     c->pin = calloc(n, sizeof(uint32_t));
     c->slot_of = malloc(n * sizeof(int32_t));
     c->counts = calloc(n, sizeof(uint64_t));
-    if ((n_slots && !c->mem) || !c->bank || !c->expert || !c->last_use || !c->hits || !c->pin || !c->slot_of || !c->counts) {
+    c->req = malloc(n * sizeof(int32_t));
+    c->spec = calloc(n, 1);
+    if ((n_slots && !c->mem) || !c->bank || !c->expert || !c->last_use || !c->hits || !c->pin || !c->slot_of || !c->counts ||
+        !c->req || !c->spec) {
         we_free(c);
         return WASTE_E_NOMEM;
     }
-    c->held_bytes = (n_slots ? total : 0) + n * (2 * sizeof(int32_t) + 2 * sizeof(uint64_t) + sizeof(uint32_t)) +
+    c->held_bytes = (n_slots ? total : 0) + n * (3 * sizeof(int32_t) + 2 * sizeof(uint64_t) + sizeof(uint32_t) + 1) +
                     n * (sizeof(int32_t) + sizeof(uint64_t));
-    for (uint64_t i = 0; i < n; i++) { c->bank[i] = -1; c->expert[i] = -1; c->slot_of[i] = -1; }
+    for (uint64_t i = 0; i < n; i++) { c->bank[i] = -1; c->expert[i] = -1; c->slot_of[i] = -1; c->req[i] = -1; }
+    for (uint32_t i = 0; i < WE_REQS; i++) c->free_req[i] = (int32_t)(WE_REQS - 1 - i);
+    c->n_free = WE_REQS;
     return WASTE_OK;
 }
 
 void we_free(we_cache *c) {
     free(c->mem); free(c->bank); free(c->expert); free(c->last_use); free(c->hits); free(c->pin);
-    free(c->slot_of); free(c->counts);
+    free(c->slot_of); free(c->counts); free(c->req); free(c->spec);
     memset(c, 0, sizeof *c);
 }
 
 void we_unpin_all(we_cache *c) {
     for (uint32_t i = 0; i < c->n_slots; i++) c->pin[i] = 0;
+}
+
+void we_unpin(we_cache *c, int32_t s) {
+    if (s >= 0 && c->pin[s]) c->pin[s]--;
 }
 
 /* ==== eviction ===================================================================== */
@@ -142,6 +151,8 @@ int32_t we_lookup(we_cache *c, uint32_t bank, uint32_t e, int32_t *victim) {
     }
     int32_t s = pick_slot(c);
     *victim = s;
+    c->victim_guess_bank = -1;
+    if (s >= 0 && c->spec[s]) { c->victim_guess_bank = c->bank[s]; c->spec[s] = 0; }
     if (s >= 0) {
         if (c->bank[s] >= 0) c->slot_of[(uint64_t)c->bank[s] * c->n_experts + (uint32_t)c->expert[s]] = -1;
         c->bank[s] = -1; c->expert[s] = -1;
@@ -154,34 +165,170 @@ void we_install(we_cache *c, int32_t s, uint32_t bank, uint32_t e) {
     c->hits[s] = 1; c->last_use[s] = c->tick; c->pin[s] = 1;
 }
 
-int32_t we_get(waste_ctx *ctx, uint32_t bank, uint32_t e, const uint8_t **rec) {
+/* ==== fetching: synchronous, or through the reader pool =========================== */
+/* Every read counts in reads and bytes (speculative ones too); a miss is an access whose
+ * record had to be read (a confirmed guess included). */
+static void count_miss(waste_ctx *ctx) {
+    ctx->call_misses++;
+    atomic_fetch_add(&ctx->st_misses, 1);
+}
+
+static void count_read(waste_ctx *ctx, const wc_bank *b, double ms, int real) {
+    atomic_fetch_add(&ctx->st_io_us, (uint64_t)(ms * 1000.0));
+    atomic_fetch_add(&ctx->st_reads, 1);
+    ctx->call_bytes += b->record_bytes;
+    atomic_fetch_add(&ctx->st_bytes, b->record_bytes);
+    if (real) count_miss(ctx);
+}
+
+/* Queues the read of (bank, e) into slot s (pinned, mapped); 0, or -1 when no request is free. */
+static int submit(waste_ctx *ctx, int32_t s, uint32_t bank, uint32_t e) {
+    we_cache *c = &ctx->cache;
+    if (c->n_free == 0 || !ctx->io) return -1;
+    int32_t q = c->free_req[--c->n_free];
+    wi_req *r = &c->reqs[q];
+    r->c = &ctx->c; r->b = &ctx->c.banks[bank]; r->e = e; r->verify = (int)ctx->verify;
+    r->dst = c->mem + (uint64_t)s * c->slot_bytes;
+    c->req[s] = q;
+    wi_submit(ctx->io, r);
+    return 0;
+}
+
+/* Waits for slot s's read; frees its request; on failure unmaps the slot. Returns the status
+ * (the detail in ctx->err). */
+static int32_t finish(waste_ctx *ctx, int32_t s) {
+    we_cache *c = &ctx->cache;
+    int32_t q = c->req[s];
+    if (q < 0) return WASTE_OK;
+    wi_req *r = &c->reqs[q];
+    double t0 = wu_now_ms();
+    if (wi_wait(ctx->io, r)) {        /* the computing thread's stall */
+        double dt = wu_now_ms() - t0;
+        ctx->call_io_ms += dt;
+        atomic_fetch_add(&ctx->st_wait_us, (uint64_t)(dt * 1000.0));
+    }
+    c->req[s] = -1;
+    c->free_req[c->n_free++] = q;
+    count_read(ctx, r->b, r->ms, !c->spec[s]);
+    if (r->status) {
+        if (!c->spec[s]) wx_err(ctx, "%s", r->err);
+        c->slot_of[(uint64_t)c->bank[s] * c->n_experts + (uint32_t)c->expert[s]] = -1;
+        c->bank[s] = -1; c->expert[s] = -1; c->spec[s] = 0;
+        return r->status;
+    }
+    return WASTE_OK;
+}
+
+/* Lands every speculative read still pinned and releases its pin (the guesses stay cached
+ * and counted as guesses); returns how many pins it released. A real miss that finds no
+ * evictable slot calls it before giving up: a guess never costs a failure. */
+static uint32_t reclaim_guesses(waste_ctx *ctx) {
+    we_cache *c = &ctx->cache;
+    uint32_t n = 0;
+    for (uint32_t s = 0; s < c->n_slots; s++) {
+        if (!c->spec[s] || c->req[s] < 0) continue;
+        if (finish(ctx, (int32_t)s) == WASTE_OK && c->pin[s]) { c->pin[s]--; n++; }
+        else c->pin[s] = 0;
+    }
+    return n;
+}
+
+int32_t we_fetch(waste_ctx *ctx, uint32_t bank, uint32_t e, int32_t *slot) {
     we_cache *c = &ctx->cache;
     const wc_bank *b = &ctx->c.banks[bank];
     int32_t s;
     int32_t hit = we_lookup(c, bank, e, &s);
     if (hit >= 0) {
+        *slot = hit;
+        if (c->spec[hit]) {
+            /* A guess the router confirmed: its read (landed or not, we_ready finishes it)
+             * becomes this access's miss, and its pin this access's pin. */
+            atomic_fetch_add(&ctx->st_guess_hits, 1);
+            c->hits[hit]--; c->spec[hit] = 0;
+            if (c->req[hit] >= 0) c->pin[hit]--;   /* we_ready lands it and counts the miss */
+            else count_miss(ctx);                  /* landed and released by reclaim_guesses */
+            return WASTE_OK;
+        }
         ctx->call_hits++; atomic_fetch_add(&ctx->st_hits, 1);
-        *rec = c->mem + (uint64_t)hit * c->slot_bytes;
         return WASTE_OK;
     }
+    if (s < 0 && reclaim_guesses(ctx)) {
+        c->tick--; if (c->counts[(uint64_t)bank * c->n_experts + e]) c->counts[(uint64_t)bank * c->n_experts + e]--;
+        return we_fetch(ctx, bank, e, slot);   /* once more, with the guesses' slots evictable */
+    }
+    *slot = s;
+    if (c->victim_guess_bank >= 0) atomic_fetch_add(&ctx->st_wasted_bytes, ctx->c.banks[c->victim_guess_bank].record_bytes);
     if (s < 0) {
         wx_err(ctx, "no evictable expert slot for expert %u of layer %u (%u slots, all pinned)", e, b->layer, c->n_slots);
         return WASTE_E_BUDGET;
     }
-    uint8_t *dst = c->mem + (uint64_t)s * c->slot_bytes;
+    we_install(c, s, bank, e);
+    if (ctx->io && submit(ctx, s, bank, e) == 0) return WASTE_OK;
     double t0 = wu_now_ms();
-    int32_t st = wc_read_record(&ctx->c, b, e, dst, (int)ctx->verify, ctx->err, sizeof ctx->err);
+    int32_t st = wc_read_record(&ctx->c, b, e, c->mem + (uint64_t)s * c->slot_bytes, (int)ctx->verify, ctx->err,
+                                sizeof ctx->err);
     double dt = wu_now_ms() - t0;
     ctx->call_io_ms += dt;
-    atomic_fetch_add(&ctx->st_io_us, (uint64_t)(dt * 1000.0));
-    atomic_fetch_add(&ctx->st_reads, 1);
-    if (st) return st;
-    we_install(c, s, bank, e);
-    ctx->call_misses++; ctx->call_bytes += b->record_bytes;
-    atomic_fetch_add(&ctx->st_misses, 1);
-    atomic_fetch_add(&ctx->st_bytes, b->record_bytes);
-    *rec = dst;
+    atomic_fetch_add(&ctx->st_wait_us, (uint64_t)(dt * 1000.0));
+    count_read(ctx, b, dt, 1);
+    if (st) {
+        c->slot_of[(uint64_t)bank * c->n_experts + e] = -1;
+        c->bank[s] = -1; c->expert[s] = -1;
+        return st;
+    }
     return WASTE_OK;
+}
+
+int32_t we_ready(waste_ctx *ctx, int32_t s, const uint8_t **rec) {
+    we_cache *c = &ctx->cache;
+    int32_t st = finish(ctx, s);
+    if (st) return st;
+    *rec = c->mem + (uint64_t)s * c->slot_bytes;
+    return WASTE_OK;
+}
+
+void we_speculate(waste_ctx *ctx, uint32_t bank, uint32_t e) {
+    we_cache *c = &ctx->cache;
+    uint64_t key = (uint64_t)bank * c->n_experts + e;
+    if (!ctx->io || c->slot_of[key] >= 0 || c->n_free == 0) return;
+    int32_t s = pick_slot(c);
+    if (s < 0) return;                /* nothing evictable: a guess is never worth a failure */
+    if (c->spec[s]) atomic_fetch_add(&ctx->st_wasted_bytes, ctx->c.banks[c->bank[s]].record_bytes);
+    if (c->bank[s] >= 0) c->slot_of[(uint64_t)c->bank[s] * c->n_experts + (uint32_t)c->expert[s]] = -1;
+    c->bank[s] = (int32_t)bank; c->expert[s] = (int32_t)e; c->slot_of[key] = s;
+    c->hits[s] = 1; c->last_use[s] = c->tick; c->pin[s] = 1; c->spec[s] = 1;
+    if (submit(ctx, s, bank, e) != 0) {   /* cannot happen (n_free checked); undo */
+        c->slot_of[key] = -1; c->bank[s] = -1; c->expert[s] = -1; c->pin[s] = 0; c->spec[s] = 0;
+        return;
+    }
+    atomic_fetch_add(&ctx->st_guesses, 1);
+}
+
+void we_settle_guesses(waste_ctx *ctx, uint32_t bank) {
+    we_cache *c = &ctx->cache;
+    for (uint32_t s = 0; s < c->n_slots; s++) {
+        if (!c->spec[s] || c->bank[s] != (int32_t)bank) continue;
+        if (c->req[s] >= 0) {         /* the speculative pin is released once its read landed */
+            if (finish(ctx, (int32_t)s) != WASTE_OK) { c->pin[s] = 0; continue; }
+            if (c->pin[s]) c->pin[s]--;
+        }
+        /* never used by the token it was guessed for: a wasted read (the record stays cached) */
+        c->spec[s] = 0;
+        atomic_fetch_add(&ctx->st_wasted_bytes, ctx->c.banks[bank].record_bytes);
+    }
+}
+
+void we_drain(waste_ctx *ctx) {
+    we_cache *c = &ctx->cache;
+    for (uint32_t s = 0; s < c->n_slots; s++) {
+        if (c->req[s] >= 0) {
+            int spec = c->spec[s];
+            c->spec[s] = 1;           /* a drained read reports nothing: the call already failed */
+            finish(ctx, (int32_t)s);
+            c->spec[s] = (uint8_t)spec;
+        }
+        c->pin[s] = 0;
+    }
 }
 
 /* ==== warming from the hotlist ===================================================== */

@@ -609,6 +609,22 @@ static void route(waste_ctx *ctx, const wm_layer *L, const float *xn, int32_t *s
     }
 }
 
+/* Decode lookahead (docs/ENGINE.md §5): route the next MoE layer after l on layer l's FFN
+ * input (xn[0]) and queue speculative reads of its guesses that are not cached. Uses the
+ * router's scratch (buf[11]) after layer l's own routing is done. */
+static int32_t lookahead(waste_ctx *ctx, uint32_t l) {
+    const wc_config *c = &ctx->c.cfg;
+    uint32_t l2 = l + 1;
+    while (l2 < c->n_layers && !ctx->layers[l2].is_moe) l2++;
+    if (l2 >= c->n_layers) return WASTE_OK;
+    const wm_layer *L2 = &ctx->layers[l2];
+    int32_t gsel[WE_REQS / 2];
+    float gw[WE_REQS / 2];
+    route(ctx, L2, ctx->xn, gsel, gw);
+    for (uint32_t j = 0; j < c->top_k; j++) we_speculate(ctx, (uint32_t)L2->bank, (uint32_t)gsel[j]);
+    return WASTE_OK;
+}
+
 /* Routed experts on x, or on z = latent_down·x under a latent MoE (engine.md §4.2.2), summed
  * in ascending expert id; the latent sum is optionally RMS-normed and projected up to H.
  * Shared experts (on x, unscaled) come last, then the sum joins the residual stream. */
@@ -628,13 +644,29 @@ static int32_t moe_chunk(waste_ctx *ctx, uint32_t l, uint32_t n) {
         memset(eacc + (uint64_t)t * R, 0, R * sizeof(float));
     }
     const wc_bank *b = &ctx->c.banks[L->bank];
-    we_begin_layer(&ctx->cache, (uint32_t)L->bank, ctx->expert_used);
-    /* Ascending expert id: every token accumulates its experts in id order. */
+    uint32_t bank = (uint32_t)L->bank;
+    we_begin_layer(&ctx->cache, bank, ctx->expert_used);
+    /* Reads: with io_threads, a window of up to k of the layer's experts is fetched ahead (all
+     * of a decode token's misses queued at once; k more slots stay for the next layer's
+     * guesses, so a window never needs more than the min cache); without, one at a time. */
+    uint32_t W = ctx->io ? MIN(k, WE_REQS / 2) : 1, head = 0, count = 0, ei = 0;
+    int32_t win[WE_REQS];
+    /* Lookahead (decode only): the next MoE layer's router on this layer's FFN input guesses
+     * its experts; their reads are queued behind this layer's. The real router still decides. */
+    int guess = ctx->lookahead && ctx->io && n == 1 && k <= WE_REQS / 2;
+    /* Ascending expert id: every token accumulates its experts in id order, whatever order the
+     * reads land in (each expert waits for its own record). */
     for (uint32_t e = 0; e < c->n_experts; e++) {
         if (!ctx->expert_used[e]) continue;
-        const uint8_t *rec;
-        int32_t st = we_get(ctx, (uint32_t)L->bank, e, &rec);
-        if (st) return st;
+        int32_t st = WASTE_OK;
+        for (; count < W && ei < c->n_experts && st == WASTE_OK; ei++)
+            if (ctx->expert_used[ei]) st = we_fetch(ctx, bank, ei, &win[(head + count++) % WE_REQS]);
+        if (st == WASTE_OK && guess) { guess = 0; st = lookahead(ctx, l); }
+        int32_t slot = win[head];
+        head = (head + 1) % WE_REQS; count--;
+        const uint8_t *rec = NULL;
+        if (st == WASTE_OK) st = we_ready(ctx, slot, &rec);
+        if (st) { we_drain(ctx); return st; }
         const uint8_t *body = rec + 256;
         // record body: gate [I][R], up [I][R], down [R][I] (docs/FORMAT.md §5)
         wm_mat mg = {b->fmt, b->group, b->rows[0], b->cols[0], wf_row_bytes(b->fmt, b->group, b->cols[0]), body + b->block_off[0]};
@@ -649,8 +681,9 @@ static int32_t moe_chunk(waste_ctx *ctx, uint32_t l, uint32_t n) {
                 for (uint32_t i = 0; i < R; i++) a[i] += y[i] * w;
             }
         }
-        we_unpin_all(&ctx->cache);
+        we_unpin(&ctx->cache, slot);
     }
+    if (ctx->lookahead) we_settle_guesses(ctx, bank);
     // latent: lacc[t]: [Rz] -> (RMSNorm into buf[9]) -> acc[t]: [H]; then shared experts, then xs: [n][H] += acc
     for (uint32_t t = 0; t < n; t++) {
         float *a = ctx->acc + (uint64_t)t * H;

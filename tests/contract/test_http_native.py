@@ -158,3 +158,33 @@ def test_a_logit_bias_id_outside_the_vocabulary_is_a_400(client):
     response = client.post("/v1/chat/completions", json=chat("hi", logit_bias={str(vocab): 5}))
     assert response.status_code == 400
     assert response.json()["error"]["param"] == f"logit_bias.{vocab}"
+
+
+def test_reading_ahead_is_reported_in_waste_and_metrics(native, native_container):
+    """--io-threads and --lookahead reach libwaste; their statistics (guesses, hits of
+    guesses, wasted bytes, queue depth, disk-busy time) reach the ``waste`` object and
+    /metrics, and --plan prints both flags and the policy."""
+    from waste.adapters.native import NativeOptions, plan_memory
+
+    floor = plan_memory(native_container, NativeOptions(ctx_tokens=512, usage_path="")).floor_bytes
+    settings = Settings(model=str(native_container), ctx=512, usage="", max_tokens=16,
+                        budget=floor, io_threads=2, lookahead=True)
+    with running(engine_loader(settings), settings) as (base, app):
+        r = httpx.post(base + "/v1/chat/completions", json=chat("read ahead", temperature=0), timeout=60)
+        assert r.status_code == 200, r.text
+        since = r.json()["waste"]["since_start"]
+        assert since["io_threads"] == 2 and since["lookahead"] == 1
+        assert since["experts_missed"] > 0 and since["lookahead_guesses"] > 0
+        assert 0 <= since["lookahead_hits"] <= since["lookahead_guesses"]
+        assert since["lookahead_accuracy"] == since["lookahead_hits"] / since["lookahead_guesses"]
+        assert 1 <= since["io_queue_depth_max"] and since["disk_busy_s"] > 0
+        metrics = httpx.get(base + "/metrics", timeout=10).text
+        assert f"waste_lookahead_guesses_total {since['lookahead_guesses']}" in metrics
+        for name in ("waste_lookahead_hits_total", "waste_lookahead_wasted_bytes_total",
+                     "waste_io_queue_depth_max", "waste_disk_busy_seconds_total"):
+            assert f"\n{name} " in metrics
+    plan = subprocess.run([sys.executable, "-m", "waste", str(native_container), "--plan", "--io-threads", "4",
+                           "--lookahead", "--cache", "lru"], capture_output=True, text=True, timeout=60)
+    assert plan.returncode == 0, plan.stderr
+    assert "io_threads: 4 (up to 4 record reads in flight)" in plan.stdout
+    assert "lookahead: on" in plan.stdout and "cache_policy: lru" in plan.stdout

@@ -28,6 +28,8 @@ class Settings:
     budget: int = 0
     ctx: int = 0
     threads: int = 0
+    io_threads: int = 0
+    lookahead: bool = False
     cpus: str | None = None
     cache: str = "layer"
     direct_io: bool = True
@@ -105,6 +107,7 @@ _VALUED = {
     "budget": ("budget", parse_size),
     "ctx": ("ctx", lambda t, w: _parse_int(t, w)),
     "threads": ("threads", lambda t, w: _parse_int(t, w)),
+    "io-threads": ("io_threads", lambda t, w: _parse_int(t, w, 0, 64)),
     "cpus": ("cpus", _check_cpus),
     "cache": ("cache", lambda t, w: _choice(t, w, ("layer", "lfru", "lru"))),
     "usage": ("usage", lambda t, w: t),
@@ -117,7 +120,7 @@ _SWITCHES = {
     "no-direct-io": ("direct_io", False), "vision": ("vision", True),
     "verify": ("verify", True), "exclusive-open": ("exclusive_open", True),
     "no-thinking": ("thinking", False), "allow-local-images": ("allow_local_images", True),
-    "plan": ("plan", True), "version": ("version", True),
+    "plan": ("plan", True), "version": ("version", True), "lookahead": ("lookahead", True),
 }
 _NOT_FROM_ASGI_ENV = {"host", "port", "plan", "version"}
 

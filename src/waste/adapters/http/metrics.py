@@ -51,6 +51,12 @@ class Metrics:
                 "# TYPE waste_expert_bytes_read_total counter",
                 f"waste_expert_bytes_read_total {stats.bytes_read}",
                 "# TYPE waste_direct_io gauge", f"waste_direct_io {int(stats.direct_io)}",
+                "# TYPE waste_lookahead_guesses_total counter", f"waste_lookahead_guesses_total {stats.guesses}",
+                "# TYPE waste_lookahead_hits_total counter", f"waste_lookahead_hits_total {stats.guess_hits}",
+                "# TYPE waste_lookahead_wasted_bytes_total counter",
+                f"waste_lookahead_wasted_bytes_total {stats.wasted_bytes}",
+                "# TYPE waste_io_queue_depth_max gauge", f"waste_io_queue_depth_max {stats.io_queue_depth_max}",
+                "# TYPE waste_disk_busy_seconds_total counter", f"waste_disk_busy_seconds_total {stats.disk_busy_s:.6f}",
                 "# TYPE waste_memory_budget_bytes gauge", f"waste_memory_budget_bytes {stats.budget_bytes}",
                 "# TYPE waste_memory_peak_bytes gauge", f"waste_memory_peak_bytes {stats.peak_bytes}",
             ]

@@ -57,6 +57,11 @@ def waste_object(*, prompt_tokens: int, result: GenerationResult | None, queue_m
             "expert_hit_rate": hit_rate(stats.experts_hit, stats.experts_missed),
             "bytes_read": stats.bytes_read, "direct_io": stats.direct_io,
             "io_note": stats.io_note,
+            "io_threads": stats.io_threads, "lookahead": stats.lookahead,
+            "lookahead_guesses": stats.guesses, "lookahead_hits": stats.guess_hits,
+            "lookahead_accuracy": stats.guess_hits / stats.guesses if stats.guesses else None,
+            "lookahead_wasted_bytes": stats.wasted_bytes,
+            "io_queue_depth_max": stats.io_queue_depth_max, "disk_busy_s": round(stats.disk_busy_s, 6),
         },
     }
 

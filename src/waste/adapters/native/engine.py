@@ -327,7 +327,10 @@ class NativeEngine(NativeContext):
         return EngineStats(tokens_generated=self._tokens_generated, experts_hit=stats.hits,
                            experts_missed=stats.misses, bytes_read=stats.bytes_read,
                            direct_io=bool(stats.direct_io), io_note=note or None,
-                           budget_bytes=stats.budget_bytes, peak_bytes=stats.peak_bytes)
+                           budget_bytes=stats.budget_bytes, peak_bytes=stats.peak_bytes,
+                           io_threads=stats.io_threads, lookahead=stats.lookahead, guesses=stats.guesses,
+                           guess_hits=stats.guess_hits, wasted_bytes=stats.wasted_bytes,
+                           io_queue_depth_max=stats.queue_depth_max, disk_busy_s=stats.disk_busy_s)
 
 
 class NativeTokenizer(NativeContext):

@@ -71,7 +71,7 @@ class NativeOptions:
 
         Reads ``budget`` (bytes), ``ctx``, ``threads``, ``cpus`` (str or None), ``cache``
         ("layer"/"lfru"/"lru"), ``direct_io`` (False for --no-direct-io), ``vision``, ``verify``,
-        ``usage`` (str or None) and ``exclusive_open``. Every one is required: a missing
+        ``usage`` (str or None), ``exclusive_open``, ``io_threads`` and ``lookahead`` (bool). Every one is required: a missing
         attribute raises AttributeError naming it, a bad value ValueError naming the option.
         """
         return cls(
@@ -79,7 +79,8 @@ class NativeOptions:
             n_threads=settings.threads, cpu_list=settings.cpus, cache_policy=settings.cache,
             direct_io=settings.direct_io, vision=settings.vision,
             verify=settings.verify, usage_path=settings.usage,
-            exclusive_open=settings.exclusive_open)
+            exclusive_open=settings.exclusive_open, io_threads=settings.io_threads,
+            lookahead=int(settings.lookahead))
 
     @classmethod
     def coerce(cls, options: Any) -> "NativeOptions":
