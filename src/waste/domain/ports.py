@@ -230,6 +230,16 @@ class EngineStats:
     io_note: str | None
     budget_bytes: int
     peak_bytes: int
+    # Reading ahead (docs/ENGINE.md §5): reader threads, lookahead guesses and how many the
+    # router confirmed, bytes of unconfirmed guesses, the deepest read queue reached, and the
+    # seconds at least one read was in flight. Zero for an engine that does not read ahead.
+    io_threads: int = 0
+    lookahead: int = 0
+    guesses: int = 0
+    guess_hits: int = 0
+    wasted_bytes: int = 0
+    io_queue_depth_max: int = 0
+    disk_busy_s: float = 0.0
 
 
 # Returns True to stop generation (the client left, or a stop string matched).

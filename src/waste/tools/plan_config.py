@@ -186,7 +186,7 @@ def plan_anyway(path: Path, options) -> tuple[object, str | None]:
 
     from waste.adapters.native import NativeOptions
     from waste.adapters.native.context import _ERR_CAP, MemoryPlan, ffi, lib, new_cfg
-    from waste.domain.engine import EngineError
+    from waste.domain.ports import EngineError
 
     keep: list = []
     cfg = new_cfg(NativeOptions.coerce(options), keep)
@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--read-gbps", type=float, default=7.0, help="SSD read GB/s for the tok/s bound (default 7)")
     args = ap.parse_args(argv)
     from waste.adapters.native import NativeOptions  # libwaste's own sizing
-    from waste.domain.engine import EngineError
+    from waste.domain.ports import EngineError
 
     if not is_config_only(args.config):
         ap.error(f"{args.config}: not a config.json (for a container, use python -m waste MODEL --plan)")
