@@ -188,3 +188,26 @@ def test_reading_ahead_is_reported_in_waste_and_metrics(native, native_container
     assert plan.returncode == 0, plan.stderr
     assert "io_threads: 4 (up to 4 record reads in flight)" in plan.stdout
     assert "lookahead: on" in plan.stdout and "cache_policy: lru" in plan.stdout
+
+
+def test_top_logprobs_through_the_openai_sdk(served):
+    import openai
+
+    client = openai.OpenAI(base_url=served[0] + "/v1", api_key="unused")
+    reply = client.chat.completions.create(model="synthetic", messages=[{"role": "user", "content": "Count"}],
+                                           temperature=0, max_tokens=12, logprobs=True, top_logprobs=5,
+                                           extra_body={"thinking": False})
+    entries = reply.choices[0].logprobs.content
+    assert entries
+    for entry in entries:
+        assert len(entry.top_logprobs) == 5
+        values = [t.logprob for t in entry.top_logprobs]
+        assert values == sorted(values, reverse=True) and all(v <= 0 for v in values)
+        assert entry.logprob == values[0]  # greedy draws the most likely
+        assert all(bytes(t.bytes).decode("utf-8", "replace") == t.token for t in entry.top_logprobs)
+    # completions: logprobs=N gives N alternatives per token
+    done = client.completions.create(model="synthetic", prompt="Once upon", max_tokens=6, temperature=0,
+                                     logprobs=3)
+    lp = done.choices[0].logprobs
+    assert len(lp.top_logprobs) == len(lp.tokens) and all(1 <= len(t) <= 3 for t in lp.top_logprobs)
+    assert all(max(t.values()) == v for t, v in zip(lp.top_logprobs, lp.token_logprobs))

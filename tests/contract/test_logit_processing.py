@@ -78,9 +78,10 @@ def _check_against_reference(engine, prompt, params, allowed=None, mask=None):
         lp = _log_softmax(want)
         assert event.logprob == pytest.approx(lp[event.token], abs=1e-4)
         top = _top(want, params.top_logprobs)
-        assert [t for t, _ in event.top] == [t for t, _ in top]
-        for (_, got), (_, exp) in zip(event.top, top):
+        assert [t for t, _, _ in event.top] == [t for t, _ in top]
+        for (token, raw, got), (_, exp) in zip(event.top, top):
             assert got == pytest.approx(exp, abs=1e-4)
+            assert raw == engine.detokenize([token])
         if params.min_p > 0:  # after temperature, the drawn token's p is >= min_p * the largest
             assert (event.logprob - top[0][1]) / params.temperature >= math.log(params.min_p) - 1e-6
         generated.append(event.token)
@@ -105,6 +106,7 @@ def test_top_logprobs_match_the_log_softmax(native_engine):
                                       SamplingParams(temperature=0.0, max_tokens=5, top_logprobs=20))
     assert all(len(e.top) == 20 for e in events)
     assert all(e.top[0][0] == e.token for e in events)  # greedy draws the first
+    assert all(e.top[0][1] == native_engine.detokenize([e.token]) for e in events)
 
 
 def test_logit_bias_follows_openai(native_engine):

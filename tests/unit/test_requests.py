@@ -210,8 +210,7 @@ CHAT_REFUSALS = [
     ("stream_options list", chat(stream=True, stream_options=[]), TYPE, "stream_options", "object"),
     ("include_usage string", chat(stream=True, stream_options={"include_usage": "yes"}), TYPE, "stream_options.include_usage", "boolean"),
     ("include_usage number", chat(stream=True, stream_options={"include_usage": 1}), TYPE, "stream_options.include_usage", "boolean"),
-    ("top_logprobs one", chat(logprobs=True, top_logprobs=1), UNSUP, "top_logprobs", "sampled token"),
-    ("top_logprobs 20", chat(top_logprobs=20), UNSUP, "top_logprobs", "not supported"),
+    ("top_logprobs without logprobs", chat(top_logprobs=20), VALUE, "top_logprobs", "needs logprobs"),
     ("top_logprobs 21", chat(top_logprobs=21), VALUE, "top_logprobs", "between 0 and 20"),
     ("top_logprobs negative", chat(top_logprobs=-1), VALUE, "top_logprobs", "between 0 and 20"),
     ("top_logprobs float", chat(top_logprobs=0.0), TYPE, "top_logprobs", "integer"),
@@ -274,9 +273,8 @@ COMPLETION_REFUSALS = [
     ("stream_options when streaming", prompt(stream=True, stream_options={"include_usage": "yes"}), TYPE, "stream_options.include_usage", "boolean"),
     ("logprobs bool", prompt(logprobs=False), TYPE, "logprobs", "boolean"),
     ("logprobs float", prompt(logprobs=0.0), TYPE, "logprobs", "integer"),
-    ("logprobs one", prompt(logprobs=1), UNSUP, "logprobs", "logprobs=0"),
-    ("logprobs five", prompt(logprobs=5), UNSUP, "logprobs", "sampled token"),
-    ("logprobs negative", prompt(logprobs=-1), VALUE, "logprobs", "0 or more"),
+    ("logprobs 21", prompt(logprobs=21), VALUE, "logprobs", "between 0 and 20"),
+    ("logprobs negative", prompt(logprobs=-1), VALUE, "logprobs", "between 0 and 20"),
     ("echo true", prompt(echo=True), UNSUP, "echo", "echo=false"),
     ("echo string", prompt(echo="false"), TYPE, "echo", "boolean"),
     ("suffix string", prompt(suffix="end"), UNSUP, "suffix", "suffix"),
@@ -817,3 +815,9 @@ def test_logit_bias_ids_are_checked_against_the_vocabulary():
     with pytest.raises(InvalidRequest) as info:
         check_logit_bias_ids(((0, 1.0), (100, 1.0)), 100)
     assert info.value.param == "logit_bias.100"
+
+
+def test_top_logprobs_are_parsed():
+    assert parse_chat_request(chat(logprobs=True, top_logprobs=20)).top_logprobs == 20
+    assert parse_completion_request({"prompt": "x", "logprobs": 5}).top_logprobs == 5
+    assert parse_completion_request({"prompt": "x", "logprobs": 0}).logprobs is True

@@ -150,6 +150,7 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     repetition_penalty: float = 1.0
     min_p: float = 0.0
+    #: how many alternatives each TokenEvent carries in ``top`` (0-20)
     top_logprobs: int = 0
 
 
@@ -184,8 +185,9 @@ class TokenEvent:
     piece: bytes
     logprob: float
     is_stop: bool
-    #: the ``SamplingParams.top_logprobs`` most likely (id, logprob) pairs, descending
-    top: tuple[tuple[int, float], ...] = ()
+    #: the ``SamplingParams.top_logprobs`` most likely ids, descending: (id, its raw bytes
+    #: (not necessarily UTF-8 on their own), logprob); the same logprob space as ``logprob``
+    top: tuple[tuple[int, bytes, float], ...] = ()
     experts_hit: int = 0
     experts_missed: int = 0
     bytes_read: int = 0

@@ -207,8 +207,10 @@ class FakeEngine:
             if self._position >= self._ctx:
                 return "ctx_full"
             self._pause(self.script.token_delay_s)
+            # A script has no distribution: the scripted token is its only alternative.
+            top = ((token, self._piece(token), -0.5),) if params.top_logprobs else ()
             event = TokenEvent(index=n, token=token, piece=self._piece(token), logprob=-0.5,
-                               is_stop=token in stop_ids, experts_hit=3, experts_missed=1,
+                               is_stop=token in stop_ids, top=top, experts_hit=3, experts_missed=1,
                                bytes_read=_BYTES_PER_TOKEN)
             self._count_token()
             stop = on_token(event)

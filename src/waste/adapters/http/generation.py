@@ -46,7 +46,8 @@ def _sampling(req, prompt_len: int, ctx: int, default_max: int, stop_ids, param:
                           seed=seed, max_tokens=cap, stop_ids=tuple(stop_ids),
                           logit_bias=req.logit_bias, presence_penalty=req.presence_penalty,
                           frequency_penalty=req.frequency_penalty,
-                          repetition_penalty=req.repetition_penalty, min_p=req.min_p)
+                          repetition_penalty=req.repetition_penalty, min_p=req.min_p,
+                          top_logprobs=req.top_logprobs)
 
 
 async def chat_completions(state: ServerState) -> Response:

@@ -55,7 +55,9 @@ class _Delivery:
     def deliver(self, info: Any) -> int:
         try:
             piece = ffi.unpack(info.piece, info.piece_len) if info.piece_len else b""
-            top = tuple((info.top_ids[i], info.top_logprobs[i]) for i in range(info.n_top))
+            table = self.engine._token_table
+            top = tuple((info.top_ids[i], table[info.top_ids[i]], info.top_logprobs[i])
+                        for i in range(info.n_top))
             event = TokenEvent(index=info.index, token=info.token, piece=piece,
                                logprob=info.logprob, is_stop=bool(info.is_stop), top=top,
                                experts_hit=info.experts_hit, experts_missed=info.experts_missed,
@@ -117,6 +119,7 @@ class NativeEngine(NativeContext):
 
     def __init__(self, path: str | Path, options: NativeOptions) -> None:
         self._tokens_generated = 0
+        self._token_table: list[bytes] = []
         super().__init__(path, options)
 
     @classmethod
@@ -217,6 +220,8 @@ class NativeEngine(NativeContext):
                 until ``reset``).
             BaseException: whatever ``on_token`` raised, after the C call has returned.
         """
+        if params.top_logprobs and not self._token_table:
+            self._token_table = self._build_token_table()  # the callback may not call C
         ids = int32_array(prompt, "prompt")
         stops = int32_array(params.stop_ids, "stop_ids")
         gen = ffi.new("waste_gen_params *")
@@ -258,6 +263,18 @@ class NativeEngine(NativeContext):
             experts_hit=res.experts_hit, experts_missed=res.experts_missed,
             bytes_read=res.bytes_read, prefill_ms=res.prefill_ms, decode_ms=res.decode_ms,
             direct_io=bool(res.direct_io), tail=ffi.unpack(res.tail, res.tail_len) if res.tail_len else b"")
+
+    def _build_token_table(self) -> list[bytes]:
+        """Every id's raw bytes (b"" for an id with no text), for the top logprobs: built
+        once, on the first generate that asks for them (the token callback may not call
+        detokenize)."""
+        table = []
+        for token in range(self._info.vocab):
+            try:
+                table.append(self.detokenize([token]))
+            except EngineError:
+                table.append(b"")
+        return table
 
     def add_image(self, rgb: bytes, width: int, height: int) -> int:
         """Queue an RGB8 image; returns its placeholder's position count.

@@ -224,11 +224,11 @@ def parse_include_usage(body: dict[str, Any], *, stream: bool) -> bool:
     return bool(include_usage)
 
 
-def parse_top_logprobs(body: dict[str, Any]) -> None:
-    """`top_logprobs`: an integer 0-20, of which only 0 is implemented."""
+def parse_top_logprobs(body: dict[str, Any], *, logprobs: bool) -> int:
+    """`top_logprobs`: an integer 0-20 (default 0); >= 1 needs `logprobs: true` (OpenAI's rule)."""
     value = body.get("top_logprobs")
     if value is None:
-        return
+        return 0
     if not is_integer(value):
         raise wrong_type("top_logprobs", "an integer", value)
     if not 0 <= value <= MAX_TOP_LOGPROBS:
@@ -237,12 +237,9 @@ def parse_top_logprobs(body: dict[str, Any]) -> None:
             "top_logprobs",
             INVALID_VALUE,
         )
-    if value >= 1:
-        raise InvalidRequest(
-            "top_logprobs >= 1 is not supported: the engine reports only the sampled token's logprob.",
-            "top_logprobs",
-            UNSUPPORTED,
-        )
+    if value >= 1 and not logprobs:
+        raise InvalidRequest("top_logprobs needs logprobs set to true.", "top_logprobs", INVALID_VALUE)
+    return value
 
 
 def image_kind(url: str) -> str:
