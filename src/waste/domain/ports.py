@@ -8,10 +8,11 @@ method. Engine failures are the ``EngineError`` family defined here, beside the 
 
 from __future__ import annotations
 
-from typing import Callable, ClassVar, Protocol, Sequence
+from typing import Any, Callable, ClassVar, Protocol, Sequence
 
 import attrs
 
+from waste.domain.reply.constraint import TokenMatcher
 from waste.domain.requests.messages import ImagePart
 
 # -- engine errors ----------------------------------------------------------------------------
@@ -198,6 +199,18 @@ class TokenEvent:
 #: ``id // 32``; every id allowed on entry); it clears the forbidden ids' bits and returns
 #: True to stop before the token. Runs on the engine's thread, between tokens.
 MaskFiller = Callable[[int, memoryview], bool]
+
+
+class GrammarCompiler(Protocol):
+    """Compiles a response_format's JSON schema into token matchers (docs/DECISIONS.md,
+    constrained answers); ``waste.adapters.grammar`` implements it with llguidance."""
+
+    def json_schema(self, schema: dict[str, Any] | None,
+                    param: str) -> Callable[[tuple[int, ...]], TokenMatcher]:
+        """A factory of matchers (given the answer's close ids) for ``schema``; None is any
+        JSON object. Blocking. Raises InvalidRequest naming the schema path of a feature the
+        compiler cannot enforce (``param`` extended by that path)."""
+        ...
 
 
 @attrs.frozen(kw_only=True)

@@ -7,6 +7,8 @@ code. ``open_fake_engine`` owns it for a server's lifetime, as ``open_native_eng
 
 from __future__ import annotations
 
+import array
+
 import contextlib
 import json
 import threading
@@ -132,8 +134,6 @@ class FakeEngine:
     def generate(self, prompt: Prompt, params: SamplingParams, on_token: TokenCallback, *,
                  is_cancelled: Callable[[], bool] | None = None,
                  mask: MaskFiller | None = None) -> GenerationResult:
-        if mask is not None:  # a script cannot obey a mask: refused, never ignored
-            raise Unsupported("fake engine: an allowed-token mask needs a real engine (scripted replies)")
         with self._busy_call():
             self._reset()
             if is_cancelled is not None and is_cancelled():
@@ -142,7 +142,7 @@ class FakeEngine:
             if not ids:
                 raise InvalidArgument("fake engine: empty prompt")
             params = fit_to_context(params, len(ids), self._ctx)
-            return self._generate(ids, params, on_token)
+            return self._generate(ids, params, on_token, mask)
 
     def _reset(self) -> None:
         self._position = 0
@@ -170,7 +170,7 @@ class FakeEngine:
         return out
 
     def _generate(self, prompt: list[int], params: SamplingParams,
-                  on_token: TokenCallback) -> GenerationResult:
+                  on_token: TokenCallback, mask: MaskFiller | None = None) -> GenerationResult:
         self.record.prompts.append(prompt)
         self.record.positions_at_generate.append(self._position)
         self.record.generated.append(0)
@@ -181,7 +181,7 @@ class FakeEngine:
             prefill_ms = (time.perf_counter() - started) * 1000
             tokens, rule = plan_reply(self.vocab, self.script, prompt)
             decode_started = time.perf_counter()
-            reason = self._decode(tokens, rule, params, on_token)
+            reason = self._decode(tokens, rule, params, on_token, mask)
         except Cancelled:
             self.record.stop_reasons.append("cancelled")
             raise
@@ -196,11 +196,36 @@ class FakeEngine:
             prefill_ms=prefill_ms, decode_ms=(time.perf_counter() - decode_started) * 1000,
             direct_io=True)
 
+    def _masked(self, mask: MaskFiller, n: int, token: int) -> int | None:
+        """The scripted token if the mask allows it, else the lowest allowed id (a script has
+        no distribution to renormalise); None when the mask stops generation."""
+        size = self.vocab.size
+        words = array.array("I", [0xFFFFFFFF]) * ((size + 31) // 32)
+        if size % 32:
+            words[-1] = (1 << (size % 32)) - 1
+        if mask(n, memoryview(words)):
+            return None
+        if (words[token // 32] >> (token % 32)) & 1:
+            return token
+        for w, bits in enumerate(words):
+            if bits:
+                return w * 32 + (bits & -bits).bit_length() - 1
+        raise InvalidArgument(f"fake engine: the mask allows no token (token {n})")
+
     def _decode(self, tokens: list[int], rule: ReplyRule | None, params: SamplingParams,
-                on_token: TokenCallback) -> str:
-        """Deliver the scripted tokens; the stop reason. ``record.generated[-1]`` counts them."""
+                on_token: TokenCallback, mask: MaskFiller | None = None) -> str:
+        """Deliver the scripted tokens; the stop reason. ``record.generated[-1]`` counts them.
+        With a mask, a disallowed scripted token becomes the lowest allowed id and the script
+        runs on past its end (its last token repeated) until a stop id or max_tokens."""
         stop_ids = set(params.stop_ids)
+        if mask is not None and tokens:
+            tokens = list(tokens) + [tokens[-1]] * max(0, params.max_tokens - len(tokens))
         for n, token in enumerate(tokens):
+            if mask is not None:
+                chosen = self._masked(mask, n, token)
+                if chosen is None:
+                    return "callback"
+                token = chosen
             self._fail_if_scripted(rule, n)
             if n >= params.max_tokens:
                 return "max_tokens"

@@ -24,6 +24,7 @@ from waste.adapters.http.wire import (SSE_KEEPALIVE, ChatChunks, CompletionChunk
                                       chat_response, completion_response, dumps, new_id, sse,
                                       usage, waste_object)
 from waste.domain.reply.assembler import ReplyAssembler
+from waste.domain.reply.constraint import AnswerConstraint
 from waste.domain.reply.text import TextReader
 from waste.domain.ports import SamplingParams
 from waste.domain.errors import ContextLengthExceeded, InvalidRequest
@@ -67,9 +68,35 @@ async def chat_completions(state: ServerState) -> Response:
     prompt = await state.tokenize_segments(plan.segments)
     params = _sampling(req, len(prompt), info.ctx_tokens, state.config.max_tokens,
                        plan.stop_ids, "messages")
+    assembler = ReplyAssembler.create(plan.new_reader(), req.stop)
     job = Job(prompt=prompt, params=params, images=tuple(images), ctx_param="messages",
-              assembler=ReplyAssembler.create(plan.new_reader(), req.stop))
+              assembler=assembler,
+              constraint=await _answer_constraint(state, req, plan, assembler))
     return await _answer(state, job, req, "chatcmpl-", ChatChunks, chat_response)
+
+
+async def _answer_constraint(state: ServerState, req, plan, assembler) -> AnswerConstraint | None:
+    """The grammar a json_object / json_schema response_format puts on the answer."""
+    kind = (req.response_format or {}).get("type")
+    if kind not in ("json_object", "json_schema"):
+        return None
+    if state.grammar is None or not plan.stop_ids:
+        raise InvalidRequest("This model's chat format cannot constrain a response_format answer.",
+                             "response_format", "unsupported_value")
+    schema = None
+    param = "response_format"
+    if kind == "json_schema":
+        spec = req.response_format.get("json_schema") or {}
+        schema = spec.get("schema")
+        param = "response_format.json_schema.schema"
+        if schema is None:
+            raise InvalidRequest("response_format.json_schema.schema is required for a json_schema "
+                                 "response.", param, "missing_required_parameter")
+    factory = await state.call_tokenizer(state.grammar.json_schema, schema, param)
+    tokenizer = state.service.tokenizer
+    end = tuple(await state.call_tokenizer(tokenizer.tokenize_markup, plan.answer_end)) \
+        if plan.answer_end else plan.stop_ids[:1]
+    return AnswerConstraint(reader=assembler.reader, matcher=factory(end[:1]), end_sequence=end)
 
 
 async def completions(state: ServerState) -> Response:
