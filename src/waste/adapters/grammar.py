@@ -45,15 +45,12 @@ class LlguidanceMatcher:
 
     def fill(self, words: memoryview) -> None:
         mask = self._matcher.compute_bitmask()
-        allowed = memoryview(mask).cast("I")
-        n = min(len(words), len(allowed))
-        ends = (allowed[self._eos // 32] >> (self._eos % 32)) & 1
-        for w in range(n):
-            words[w] &= allowed[w]
-        for w in range(n, len(words)):
-            words[w] = 0
-        word, bit = self._eos // 32, 1 << (self._eos % 32)
-        words[word] &= ~bit & 0xFFFFFFFF
+        size = 4 * len(words)
+        allowed = int.from_bytes(mask[:size], "little")
+        ends = (allowed >> self._eos) & 1
+        allowed &= ~(1 << self._eos)  # the grammar's EOS is not a token to sample
+        merged = int.from_bytes(words.tobytes(), "little") & allowed
+        words[:] = memoryview(merged.to_bytes(size, "little")).cast("I")
         if ends:  # the grammar may end here: the answer's close ids stand for its EOS
             for token in self._close:
                 words[token // 32] |= 1 << (token % 32)
