@@ -94,6 +94,7 @@ async def _answer_constraint(state: ServerState, req, plan, assembler) -> Answer
                                  "response.", param, "missing_required_parameter")
     factory = await state.call_tokenizer(state.grammar.json_schema, schema, param)
     tokenizer = state.service.tokenizer
+    assert tokenizer is not None, "a chat format resolved, so the engine is open"
     end = tuple(await state.call_tokenizer(tokenizer.tokenize_markup, plan.answer_end)) \
         if plan.answer_end else plan.stop_ids[:1]
     return AnswerConstraint(reader=assembler.reader, matcher=factory(end[:1]), end_sequence=end)
