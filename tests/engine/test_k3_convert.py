@@ -127,13 +127,13 @@ def test_release_layout_converts_to_the_same_model(release):
 
 def test_release_tokenizer_resolves_to_xtml_without_a_chat_json(release):
     from waste.adapters.native import NativeEngine, NativeOptions
-    from waste.domain.chatfmt import select_chat_format
+    from waste.domain.format_choice import select_chat_format
 
     _, _, out, _, _ = release
     assert not (out / "chat.json").exists()
     with NativeEngine.open(out, NativeOptions(usage_path="")) as engine:
         assert engine.model_info().arch == "kimi_k3"
-        assert select_chat_format(engine, None).kind == "xtml"
+        assert select_chat_format(engine, None).name == "xtml"
 
 
 def _copy_release(release, tmp_path) -> Path:
@@ -202,7 +202,7 @@ def test_eval_cli_on_a_k3_container_without_tokenizer_files(torch_stack, tiny_di
 # ---- Kimi-Linear: chat.json from the checkpoint's own tokenizer files -----------------------
 def test_synth_then_convert_serves_chat_with_no_hand_copied_file(tmp_path, libwaste):
     from waste.adapters.native import NativeEngine, NativeOptions
-    from waste.domain.chatfmt import select_chat_format
+    from waste.domain.format_choice import select_chat_format
     from waste.tools.convert import KIMI_LINEAR_CHAT
 
     hf, out = tmp_path / "hf", tmp_path / "m.waste"
@@ -214,7 +214,7 @@ def test_synth_then_convert_serves_chat_with_no_hand_copied_file(tmp_path, libwa
     assert chat == KIMI_LINEAR_CHAT == json.loads((REPO / "examples" / "chat-kimi-linear.json").read_text())
     with NativeEngine.open(out, NativeOptions(usage_path="")) as engine:
         sel = select_chat_format(engine, (out / "chat.json").read_text())
-        assert sel.kind == "chat.json", sel.error
+        assert sel.name == "chat.json", sel.error
 
 
 # ---- --plan from a config.json alone ----------------------------------------------------------
