@@ -18,7 +18,7 @@ import numpy as np
 from waste.adapters.native.context import plan_memory
 from waste.adapters.native.engine import NativeEngine
 from waste.adapters.native.options import NativeOptions
-from waste.domain.engine import SamplingParams
+from waste.domain.ports import SamplingParams
 
 PROMPT_TOKENS = 8
 
@@ -82,7 +82,7 @@ def decode(engine: NativeEngine, prompt: list[int], *, warmup: int, tokens: int,
             ids.append(event.token)
             return False
         started = time.perf_counter()
-        result = engine.generate(ids_in, SamplingParams(temperature=1.0, seed=call_seed,
+        result = engine.generate_ids(ids_in, SamplingParams(temperature=1.0, seed=call_seed,
                                                         max_tokens=n), on_token)
         if len(marks) != n:
             raise RuntimeError(f"asked for {n} tokens, got {len(marks)} ({result.stop_reason})")

@@ -92,7 +92,7 @@ static int opt_present(const wj_val *obj, const char *key) {
     return v && v->type != WJ_NULL;
 }
 
-/* The K3 deltas (engine.md §4.2): each from its own key, any subset; every key absent (or
+/* The K3 deltas (docs/ENGINE.md §4.2): each from its own key, any subset; every key absent (or
  * null/false/0) is the Kimi-Linear behaviour. Combinations that cannot mean anything are
  * refused naming both keys. */
 static int32_t parse_k3(const wj_val *cf, wc_config *c, const char *act, char *err, uint64_t cap) {
@@ -514,7 +514,7 @@ int32_t wc_open_manifest(const char *dir, wc_container *c, char *err, uint64_t c
         }
         const char *arch;
         if ((res = get_str(root, "arch", "manifest", &arch, err, cap))) break;
-        /* The engine keys every K3 delta on its config key, never on arch (engine.md §4.2). */
+        /* The engine keys every K3 delta on its config key, never on arch (docs/ENGINE.md §4.2). */
         if (strcmp(arch, "kimi_linear") && strcmp(arch, "kimi_k3")) {
             wu_errf(err, cap, "manifest.json: arch \"%s\" is not supported (this engine runs kimi_linear and kimi_k3)", arch);
             res = WASTE_E_UNSUPPORTED; break;

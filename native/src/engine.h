@@ -26,7 +26,7 @@ typedef struct {
     /* MoE router (f32) */
     wm_mat router;
     const float *router_bias;
-    /* K3 deltas (engine.md §4.2); unbound (zero) when their config key is off */
+    /* K3 deltas (docs/ENGINE.md §4.2); unbound (zero) when their config key is off */
     wm_mat kda_g;                   /* use_full_rank_gate: [Hd, H] replaces g_a/g_b */
     wm_mat mla_g;                   /* mla_use_output_gate: [h·dv, H] */
     wm_mat lat_down, lat_up;        /* latent MoE: [Rz, H], [H, Rz] */

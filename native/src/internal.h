@@ -179,7 +179,7 @@ typedef struct {
     int32_t bos, eos, pad;
     uint64_t ctx_train;
     uint32_t n_moe, n_mla, n_kda;
-    /* Kimi K3 deltas (engine.md §4.2), each from its own config key; 0 = Kimi-Linear. */
+    /* Kimi K3 deltas (docs/ENGINE.md §4.2), each from its own config key; 0 = Kimi-Linear. */
     int situ;                   /* hidden_act "situ" */
     float situ_beta, situ_lbeta;
     int has_lbeta;              /* activation_situ_linear_beta set (else u passes unchanged) */

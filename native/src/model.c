@@ -455,7 +455,7 @@ static void kda_step(waste_ctx *ctx, uint32_t l, const float *xn, float *out) {
         for (uint32_t i = 0; i < d; i++) { q[h * d + i] = q[h * d + i] / nq * qscale; k[h * d + i] = k[h * d + i] / nk; }
     }
     /* Per-channel decay gate, a = f_b(f_a x) + dt_bias: g = -exp(A_log[h]) * softplus(a), or
-     * with the lower bound λ (engine.md §4.2.6) g = λ * σ(exp(A_log[h]) * a), no softplus. */
+     * with the lower bound λ (docs/ENGINE.md §4.2.6) g = λ * σ(exp(A_log[h]) * a), no softplus. */
     // xn: [H] -> fa: [d] -> g: [hd]; a_log: [Hk], dt_bias: [hd]
     matvec(ctx, &L->f_a, xn, fa);
     matvec(ctx, &L->f_b, fa, g);
@@ -553,7 +553,7 @@ static void mla_step(waste_ctx *ctx, uint32_t l, const float *xn, uint64_t pos, 
         }
         for (uint32_t i = 0; i < dv; i++) o[h * dv + i] = wk_dot_row(ctx->k, &L->kv_b, h * (dn + dv) + dn + i, ctxc);
     }
-    /* Sigmoid output gate on the concatenated heads (engine.md §4.2.4); row is free again. */
+    /* Sigmoid output gate on the concatenated heads (docs/ENGINE.md §4.2.4); row is free again. */
     // xn: [H] -> row: [nh * dv]; o: [nh][dv] -> out: [H]
     if (c->mla_gate) {
         matvec(ctx, &L->mla_g, xn, row);
@@ -563,7 +563,7 @@ static void mla_step(waste_ctx *ctx, uint32_t l, const float *xn, uint64_t pos, 
 }
 
 /* ==== FFN ========================================================================== */
-/* y = down(act(gate x, up x)): silu(g)·u, or SiTU (engine.md §4.2.1)
+/* y = down(act(gate x, up x)): silu(g)·u, or SiTU (docs/ENGINE.md §4.2.1)
  * β·tanh(g/β)·σ(g) · β_l·tanh(u/β_l), with u unchanged when β_l is unset. */
 static void swiglu(waste_ctx *ctx, const wm_mat *gate, const wm_mat *up, const wm_mat *down, const float *x, float *y) {
     const wc_config *c = &ctx->c.cfg;
@@ -625,7 +625,7 @@ static int32_t lookahead(waste_ctx *ctx, uint32_t l) {
     return WASTE_OK;
 }
 
-/* Routed experts on x, or on z = latent_down·x under a latent MoE (engine.md §4.2.2), summed
+/* Routed experts on x, or on z = latent_down·x under a latent MoE (docs/ENGINE.md §4.2.2), summed
  * in ascending expert id; the latent sum is optionally RMS-normed and projected up to H.
  * Shared experts (on x, unscaled) come last, then the sum joins the residual stream. */
 static int32_t moe_chunk(waste_ctx *ctx, uint32_t l, uint32_t n) {
@@ -703,7 +703,7 @@ static int32_t moe_chunk(waste_ctx *ctx, uint32_t l, uint32_t n) {
 }
 
 /* ==== attention residuals ========================================================== */
-/* Mix(P, 𝔅) (engine.md §4.2.3) for token t of the chunk: y = Σ_i softmax_i(s_i)·v_i over the
+/* Mix(P, 𝔅) (docs/ENGINE.md §4.2.3) for token t of the chunk: y = Σ_i softmax_i(s_i)·v_i over the
  * candidates v = [block 0 … block nb-1, p], s_i = Σ_c wn[c]·wp[c]·v_i[c] / sqrt(mean(v_i²) + ε),
  * on the unnormalised v, in f32. y aliases none of the inputs. */
 static void res_mix(const waste_ctx *ctx, const float *p, uint32_t nb, uint32_t t, const float *wn, const float *wp,
@@ -751,7 +751,7 @@ int32_t wm_forward(waste_ctx *ctx, const int32_t *ids, uint32_t n, int want_logi
         // mixer token by token (recurrent): x: [H], xin = xn[0]: [H], o = acc[0]: [H]
         for (uint32_t t = 0; t < n; t++) {
             float *x = ctx->xs + (uint64_t)t * H, *xin = ctx->xn, *o = mix;
-            /* Attention residuals (engine.md §4.2.3): the input is Mix(P, 𝔅) once 𝔅 is not
+            /* Attention residuals (docs/ENGINE.md §4.2.3): the input is Mix(P, 𝔅) once 𝔅 is not
              * empty; at a block start P is pushed onto 𝔅 and restarts at 0, after the mix. */
             const float *src = x;
             if (B && nb) { res_mix(ctx, x, nb, t, L->res_attn_norm, L->res_attn_proj, ctx->xm); src = ctx->xm; }

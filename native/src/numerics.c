@@ -76,7 +76,7 @@ double wn_log(double x) {
 
 float wn_expf(float x) { return (float)wn_exp((double)x); }
 
-/* tanh for SiTU (engine.md §4.2.1), in double, rounded once: |x| < 1/8 by its odd Taylor
+/* tanh for SiTU (docs/ENGINE.md §4.2.1), in double, rounded once: |x| < 1/8 by its odd Taylor
  * series to x^13 (next term < 2^-50 relative), else 1 - 2/(e^{2|x|} + 1), which has no
  * cancellation there (the result is above 0.124); large |x| saturates to ±1 exactly. */
 float wn_tanhf(float xf) {

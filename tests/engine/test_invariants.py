@@ -1,4 +1,4 @@
-"""Bit-exact invariants of libwaste (engine.md §7): equal inputs give byte-identical logits
+"""Bit-exact invariants of libwaste (docs/ENGINE.md §7): equal inputs give byte-identical logits
 whatever the chunking, thread count, kernel set or snapshot route, and reruns repeat.
 Also checks the sampler against an independent Python implementation of §2 Sampling.
 Containers are synthetic (waste.tools.make_container): no torch needed."""
@@ -131,7 +131,7 @@ def test_generate_follows_eval_logits_and_never_evaluates_the_last_token(contain
             logits = c.eval([t])
 
 
-# ---- sampler vs an independent implementation of engine.md §2 ---------------------------
+# ---- sampler vs an independent implementation of docs/ENGINE.md §2 ---------------------------
 M64 = (1 << 64) - 1
 
 

@@ -275,3 +275,20 @@ def test_release_plan_from_its_config_equals_the_mxfp4_container(tmp_path, libwa
         assert plan_memory(path, options) == plan_memory(out, options)
     with open_ctx(out) as c:
         assert params(real) == (c.info.params_total, c.info.params_active)
+
+
+def test_params_active_at_kimi_linear_48b_geometry_is_the_documented_count():
+    """The count plan_config shares with libwaste (checked equal above) gives docs/ENGINE.md
+    §2's 3.10 B active at Kimi-Linear-48B's geometry (49.1 B in all)."""
+    from waste.tools.plan_config import manifest_for, params
+
+    full = [4, 8, 12, 16, 20, 24, 27]
+    cfg = dict(model_type="kimi_linear", vocab_size=163840, hidden_size=2304, num_hidden_layers=27,
+               intermediate_size=9216, moe_intermediate_size=1024, num_experts=256, num_experts_per_token=8,
+               num_shared_experts=1, moe_renormalize=True, routed_scaling_factor=2.446, first_k_dense_replace=1,
+               num_attention_heads=32, num_key_value_heads=32, q_lora_rank=None, kv_lora_rank=512,
+               qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
+               linear_attn_config={"num_heads": 32, "head_dim": 128, "short_conv_kernel_size": 4,
+                                   "kda_layers": [i for i in range(1, 28) if i not in full], "full_attn_layers": full})
+    total, active = params(manifest_for(cfg, "bf16", "bf16"))
+    assert round(active / 1e9, 2) == 3.11 and round(total / 1e9, 1) == 49.1

@@ -189,3 +189,19 @@ def test_k3_synthetic_threads_and_kernels_are_exact(tiny_dir, libwaste, dtype):
     assert same_bytes(a, b), f"threads/kernels differ ({build_info()})"
     assert same_bytes(a, c), "the floor-budget cache changed the logits"
     assert np.isfinite(a).all() and a.std() > 0.1
+
+
+def test_k3_plan_matches_open(tiny_dir, libwaste):
+    """The sizing counts the K3 buffers (residual blocks per chunk, latent z and sums) exactly:
+    what open allocates is the plan's floor − min cache + slots (docs/ENGINE.md §5)."""
+    from tests.engine.native import plan_of
+    from waste.tools.make_container import Geometry, build_container
+
+    path = tiny_dir / "k3-synth-plan.waste"
+    if not path.exists():
+        build_container(path, seed=3, geometry=Geometry(k3=True, layers=5, layout="KMKKM"))
+    for chunk in (1, 64):
+        plan = plan_of(path, prefill_chunk=chunk, ctx_tokens=300)
+        with open_ctx(path, prefill_chunk=chunk, ctx_tokens=300) as c:
+            s = c.stats()
+            assert s.allocated_bytes == plan.floor_bytes - plan.min_cache_bytes + plan.slots * plan.record_bytes

@@ -182,7 +182,7 @@ def _shape_fits(got: tuple, shape: tuple, kind: str) -> bool:
 
 
 def _check_shapes(plan: TensorPlan, cfg: dict, st: SafeTensors) -> None:
-    for canon, src, shape, kind in plan.trunk:
+    for _canon, src, shape, kind in plan.trunk:
         if not _shape_fits(st.shape(src), shape, kind):
             raise ConvertError(f"tensor {src}: shape {list(st.shape(src))}, expected {list(shape)}")
     H, Im = cfg["routed_expert_hidden_size"] or cfg["hidden_size"], cfg["moe_intermediate_size"]
@@ -316,7 +316,6 @@ class _Formats:
 def _write(w: ContainerWriter, st: SafeTensors, formats: _Formats, trunk_plan: list[TrunkEntry],
            bank_plan: dict[int, list[list[str]]]) -> str | None:
     """Streams every tensor into ``w``; returns the experts' format (None without MoE)."""
-    group = formats.group
     for canon, src, shape, kind in trunk_plan:
         a = st.load(src)
         if kind in ("conv", "row"):

@@ -186,7 +186,7 @@ def _moe(fields: _Fields) -> dict:
 
 
 def _check_supported(out: dict) -> None:
-    """What libwaste refuses at open (engine.md §4.1), refused before anything is written."""
+    """What libwaste refuses at open (docs/ENGINE.md §4.1), refused before anything is written."""
     if out["hidden_act"] not in ("silu", "situ"):
         raise ConvertError(f"config.json: hidden_act {out['hidden_act']!r} is not supported (libwaste "
                            "implements silu and situ)")

@@ -1,4 +1,4 @@
-"""Field checks shared by both completion routes (http.md §0, §2.2, §2.6, §7 sources).
+"""Field checks shared by both completion routes (docs/HTTP.md §0, §2.2, §2.6, §7 sources).
 
 Every check reads one field, treats null as absent, and raises `InvalidRequest` with the
 OpenAI-style code and the field's path. An integer is `type(x) is int`: booleans never count,
@@ -7,10 +7,12 @@ and json decodes `1.0` and `1e3` as floats, so neither is an integer.
 
 from __future__ import annotations
 
+from typing import Any, TypeGuard
+
 from urllib.parse import unquote, urlsplit
 
 from waste.domain.errors import InvalidRequest
-from waste.domain.requests_json import describe_json
+from waste.domain.requests.json_body import describe_json
 
 MISSING = "missing_required_parameter"
 INVALID_TYPE = "invalid_type"
@@ -24,7 +26,7 @@ SEED_SPAN = 2**64
 MAX_TOP_LOGPROBS = 20
 
 
-def is_integer(value: object) -> bool:
+def is_integer(value: object) -> TypeGuard[int]:
     """True for a JSON integer: an int that is not a bool (json gives floats for 1.0 and 1e3)."""
     return type(value) is int
 
@@ -73,7 +75,7 @@ def shorten(value: object, limit: int = 40) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def optional_bool(body: dict, key: str, param: str | None = None) -> bool | None:
+def optional_bool(body: dict[str, Any], key: str, param: str | None = None) -> bool | None:
     """A boolean field, or None when absent or null."""
     value = body.get(key)
     if value is not None and type(value) is not bool:
@@ -81,7 +83,7 @@ def optional_bool(body: dict, key: str, param: str | None = None) -> bool | None
     return value
 
 
-def optional_str(body: dict, key: str, param: str) -> str | None:
+def optional_str(body: dict[str, Any], key: str, param: str) -> str | None:
     """A string field, or None when absent or null."""
     value = body.get(key)
     if value is not None and type(value) is not str:
@@ -89,7 +91,7 @@ def optional_str(body: dict, key: str, param: str) -> str | None:
     return value
 
 
-def optional_object(body: dict, key: str, param: str | None = None) -> dict | None:
+def optional_object(body: dict[str, Any], key: str, param: str | None = None) -> dict[str, Any] | None:
     """An object field, or None when absent or null."""
     value = body.get(key)
     if value is not None and type(value) is not dict:
@@ -97,7 +99,7 @@ def optional_object(body: dict, key: str, param: str | None = None) -> dict | No
     return value
 
 
-def parse_temperature(body: dict) -> float:
+def parse_temperature(body: dict[str, Any]) -> float:
     """`temperature`: a number in [0, 2]; default 1, and 0 means greedy."""
     value = body.get("temperature")
     if value is None:
@@ -111,7 +113,7 @@ def parse_temperature(body: dict) -> float:
     return float(value)
 
 
-def parse_top_p(body: dict) -> float:
+def parse_top_p(body: dict[str, Any]) -> float:
     """`top_p`: a number with 0 < p <= 1; default 1."""
     value = body.get("top_p")
     if value is None:
@@ -125,7 +127,7 @@ def parse_top_p(body: dict) -> float:
     return float(value)
 
 
-def parse_top_k(body: dict) -> int:
+def parse_top_k(body: dict[str, Any]) -> int:
     """`top_k`: an integer from 0 to 2**31 - 1; default 0, which turns it off."""
     value = body.get("top_k")
     if value is None:
@@ -139,7 +141,7 @@ def parse_top_k(body: dict) -> int:
     return value
 
 
-def parse_seed(body: dict) -> int | None:
+def parse_seed(body: dict[str, Any]) -> int | None:
     """`seed`: an integer in [-2**63, 2**64), returned reduced mod 2**64; None when absent."""
     value = body.get("seed")
     if value is None:
@@ -153,7 +155,7 @@ def parse_seed(body: dict) -> int | None:
     return value % SEED_SPAN
 
 
-def parse_token_cap(body: dict, key: str) -> int | None:
+def parse_token_cap(body: dict[str, Any], key: str) -> int | None:
     """`max_tokens` / `max_completion_tokens`: an integer >= 1, or None when absent.
 
     No upper bound here: the server clamps to the room left in the context.
@@ -168,7 +170,7 @@ def parse_token_cap(body: dict, key: str) -> int | None:
     return value
 
 
-def parse_stop(body: dict) -> tuple[str, ...]:
+def parse_stop(body: dict[str, Any]) -> tuple[str, ...]:
     """`stop`: a non-empty string, or a list of 0-4 non-empty strings (`stop[i]`)."""
     value = body.get("stop")
     if value is None:
@@ -191,7 +193,7 @@ def parse_stop(body: dict) -> tuple[str, ...]:
     return tuple(value)
 
 
-def parse_only_one(body: dict, key: str) -> None:
+def parse_only_one(body: dict[str, Any], key: str) -> None:
     """`n` / `best_of`: an integer that must be 1 (one choice per request is all this server does)."""
     value = body.get(key)
     if value is None:
@@ -207,10 +209,10 @@ def parse_only_one(body: dict, key: str) -> None:
         )
 
 
-def parse_include_usage(body: dict, *, stream: bool) -> bool:
+def parse_include_usage(body: dict[str, Any], *, stream: bool) -> bool:
     """`stream_options.include_usage`: read and validated only when streaming.
 
-    http.md §2.2 says `stream_options` is ignored unless streaming, so a blocking request's
+    docs/HTTP.md §2.2 says `stream_options` is ignored unless streaming, so a blocking request's
     `stream_options` is not looked at, whatever its shape.
     """
     if not stream:
@@ -222,7 +224,7 @@ def parse_include_usage(body: dict, *, stream: bool) -> bool:
     return bool(include_usage)
 
 
-def parse_top_logprobs(body: dict) -> None:
+def parse_top_logprobs(body: dict[str, Any]) -> None:
     """`top_logprobs`: an integer 0-20, of which only 0 is implemented."""
     value = body.get("top_logprobs")
     if value is None:
@@ -244,7 +246,7 @@ def parse_top_logprobs(body: dict) -> None:
 
 
 def image_kind(url: str) -> str:
-    """Classify an image URL by source (http.md §7), without decoding or fetching anything.
+    """Classify an image URL by source (docs/HTTP.md §7), without decoding or fetching anything.
 
     Returns:
         "data" for a `data:` URL; "remote" for http(s) in any case; "local" for `file://` with an

@@ -1,12 +1,13 @@
 """What a reply reader produces: deltas while the model talks, and the final message.
 
-Both readers — the XTML region parser (``regions``) and the chat.json reader (``chatfmt``) —
-implement ``ReplyReader``, so the server streams either the same way.
+Every reader — the XTML region parser (``xtml.reply``), the chat.json reader
+(``chatjson.reply``) and the raw-continuation ``TextReader`` (``reply.text``) — implements
+``ReplyReader``, so the server streams any of them the same way.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 import attrs
 
@@ -19,7 +20,7 @@ class ToolCall:
     name: str
     arguments: str
 
-    def to_openai(self) -> dict:
+    def to_openai(self) -> dict[str, Any]:
         return {"id": self.id, "type": "function",
                 "function": {"name": self.name, "arguments": self.arguments}}
 
@@ -38,10 +39,10 @@ class Delta:
     index: int = 0
 
 
-def assistant_message(content: str, reasoning: str, calls: list[ToolCall]) -> dict:
-    """The final OpenAI assistant message (http.md §3.1): ``content`` is null only when it is
+def assistant_message(content: str, reasoning: str, calls: list[ToolCall]) -> dict[str, Any]:
+    """The final OpenAI assistant message (docs/HTTP.md §3.1): ``content`` is null only when it is
     empty and calls exist; ``reasoning_content`` and ``tool_calls`` appear only when non-empty."""
-    message: dict = {"role": "assistant", "content": None if not content and calls else content}
+    message: dict[str, Any] = {"role": "assistant", "content": None if not content and calls else content}
     if reasoning:
         message["reasoning_content"] = reasoning
     if calls:
@@ -63,4 +64,9 @@ class ReplyReader(Protocol):
     @property
     def done(self) -> bool:
         """True once the reply has ended structurally (the server may stop generating)."""
+        ...
+
+    @property
+    def reasoning_tokens(self) -> int:
+        """How many fed tokens were reasoning (0 for a reader without a reasoning channel)."""
         ...

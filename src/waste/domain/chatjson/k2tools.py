@@ -1,6 +1,6 @@
 """The Kimi K2 tool protocol: declaring tools, replaying calls and results, reading calls back.
 
-Used by a chat.json format whose tokenizer carries all five K2 tool markers (chatjson.md,
+Used by a chat.json format whose tokenizer carries all five K2 tool markers (docs/CHATJSON.md,
 "The Kimi K2 tool protocol"). It imports nothing from the chat.json module; that module
 imports this one. Template text goes out as markup segments, caller data as plain ones.
 """
@@ -14,7 +14,7 @@ from typing import Any, Sequence
 import attrs
 
 from waste.domain.errors import KimiToolError
-from waste.domain.replies import ToolCall
+from waste.domain.reply.events import ToolCall
 from waste.domain.segments import Segment, markup, plain
 
 SECTION_BEGIN = "<|tool_calls_section_begin|>"
@@ -61,7 +61,7 @@ def name_from_call_id(call_id_text: str) -> str | None:
 def parse_call_arguments(arguments: object, *, param: str | None = None) -> str:
     """Validate a request's tool-call arguments and return the text the prompt carries.
 
-    A string is carried verbatim; an unparseable string renders raw (http.md §2.3). An object
+    A string is carried verbatim; an unparseable string renders raw (docs/HTTP.md §2.3). An object
     is written as compact JSON, absent arguments as ``{}``.
 
     Args:
@@ -89,7 +89,7 @@ def parse_call_arguments(arguments: object, *, param: str | None = None) -> str:
         "Kimi K2 tool call arguments must be a JSON object or a JSON object string.", param)
 
 
-def render_declaration(tools: Sequence[dict]) -> list[Segment]:
+def render_declaration(tools: Sequence[dict[str, Any]]) -> list[Segment]:
     """The ``tool_declare`` turn: the OpenAI ``tools`` array as compact JSON, key order kept."""
     return [*markup(IM_SYSTEM + "tool_declare" + IM_MIDDLE), *plain(_compact(list(tools))),
             *markup(IM_END)]
@@ -99,7 +99,7 @@ def render_declaration(tools: Sequence[dict]) -> list[Segment]:
 class CallIds:
     """The K2 ids of the latest assistant turn's calls, so each result answers consistently.
 
-    Every call is given ``functions.NAME:IDX`` by its position in the turn (chatjson.md: IDX
+    Every call is given ``functions.NAME:IDX`` by its position in the turn (docs/CHATJSON.md: IDX
     counts that turn's calls from 0), whatever id the client sent, even one already of that
     form. Ids are then unique within the turn by construction: keeping a client's K2-form id
     (``functions.f:1`` first) beside a rewritten one (``x`` second, also ``functions.f:1``)
@@ -112,7 +112,7 @@ class CallIds:
     _answered: list[bool] = attrs.field(factory=list, init=False)
     _results_seen: int = attrs.field(default=0, init=False)
 
-    def assign(self, calls: Sequence[dict]) -> list[str]:
+    def assign(self, calls: Sequence[dict[str, Any]]) -> list[str]:
         """Start a new assistant turn; return the K2 id of each call, in order."""
         self._client_ids, self._k2_ids, self._results_seen = [], [], 0
         for index, call in enumerate(calls):
@@ -147,7 +147,7 @@ class CallIds:
         return self._k2_ids[index]
 
 
-def render_calls(calls: Sequence[dict], ids: Sequence[str], *, param: str = "messages"
+def render_calls(calls: Sequence[dict[str, Any]], ids: Sequence[str], *, param: str = "messages"
                  ) -> list[Segment]:
     """An assistant turn's call section (after its content, before the assistant suffix).
 

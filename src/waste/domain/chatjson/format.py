@@ -1,8 +1,8 @@
-"""A loaded chat.json format: its capabilities, the request checks, and rendering a prompt.
+"""The chat.json ``ChatFormat``: its capabilities, the request checks, and rendering a prompt.
 
-Build one with ``chatfmt.load_chat_format``, which validates the file against the vocabulary
-first (chatjson.md). Template strings become markup segments, caller content plain ones; the
-K2 tool protocol lives in ``kimitools``, the reply side in ``chatfmt_reply``.
+Build one with ``chatjson.load.load_chat_format``, which validates the file against the
+vocabulary first (docs/CHATJSON.md). Template strings become markup segments, caller content
+plain ones; the K2 tool protocol lives in ``k2tools``, the reply side in ``chatjson.reply``.
 """
 
 from __future__ import annotations
@@ -11,17 +11,17 @@ from typing import Any, Sequence
 
 import attrs
 
-from waste.domain import kimitools
-from waste.domain.chatfmt_reply import ChatReplyReader
+from waste.domain.chat_format import Capabilities, ChatPlan
+from waste.domain.chatjson import k2tools
+from waste.domain.chatjson.reply import ChatReplyReader
 from waste.domain.errors import ChatFormatError
+from waste.domain.requests.parse import ChatRequest
+from waste.domain.requests.thinking import OFF_EFFORTS, ON_EFFORTS, resolve_thinking
 from waste.domain.segments import Segment, markup, plain
-
-EFFORTS_ON = ("low", "high", "max")
-EFFORTS_OFF = ("none", "minimal", "off")
 
 
 @attrs.frozen(kw_only=True)
-class ChatFormat:
+class ChatJsonFormat:
     """A validated chat.json, with the ids its markers resolved to. Build with ``load_chat_format``.
 
     Capabilities: ``reasoning`` (a think channel), ``always_open`` (``open`` ends with the
@@ -41,7 +41,7 @@ class ChatFormat:
     image_block: str | None = None
     stop_ids: tuple[int, ...]
     think_ids: tuple[int, int] | None = None
-    tool_marker_ids: kimitools.ToolMarkerIds | None = None
+    tool_marker_ids: k2tools.ToolMarkerIds | None = None
     n_base_vocab: int
 
     @property
@@ -64,11 +64,61 @@ class ChatFormat:
     def tools(self) -> bool:
         return self.tool_marker_ids is not None
 
-    # -- request-time capability checks (http.md §2.5) ---------------------------------------
+    # -- the ChatFormat surface ------------------------------------------------------------
 
-    def check_request(
+    name = "chat.json"
+    error = None
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(reasoning=self.reasoning, tools=self.tools, images=self.images)
+
+    @property
+    def end_ids(self) -> tuple[int, ...]:
+        return self.stop_ids
+
+    def require_usable(self) -> None:
+        pass
+
+    def check_request(self, request: ChatRequest) -> None:
+        """``check_fields`` on what ``request`` asks for (see ``ChatFormat.check_request``)."""
+        choice = request.thinking
+        effort = choice.effort or ("off" if choice.off else None)
+        image_param = request.image_parts[0].part_param if request.image_parts else "messages"
+        self.check_fields(
+            thinking_explicit=choice.switch, effort=effort,
+            tools_nonempty=bool(request.tools), tool_choice=request.tool_choice,
+            response_format_type=(request.response_format or {}).get("type"),
+            has_images=bool(request.image_parts), thinking_param=choice.param or "thinking",
+            effort_param=choice.param or "reasoning_effort", image_param=image_param)
+
+    def plan(self, request: ChatRequest, *, default_thinking: bool,
+             image_sizes: Sequence[tuple[int, int]] = ()) -> ChatPlan:
+        """The prompt in this format; image sizes do not matter (the block is fixed markup)."""
+        del image_sizes
+        if self.always_open:
+            thinking, effort = True, request.thinking.effort
+        elif not self.reasoning:
+            thinking, effort = False, None
+        else:
+            thinking, _ = resolve_thinking(request.thinking, default_on=default_thinking)
+            effort = request.thinking.effort  # a bare switch renders no effort on chat.json
+        tools = request.tools if request.tool_choice != "none" else None
+        segments = self.render(request.messages, tools=tools, thinking=thinking, effort=effort)
+        return ChatPlan(segments=tuple(segments), stop_ids=tuple(self.stop_ids),
+                        thinking=thinking, new_reader=lambda: self.reply_reader(thinking=thinking))
+
+    def startup_warnings(self, *, default_thinking: bool) -> tuple[str, ...]:
+        if self.always_open and not default_thinking:
+            return ("this chat format always opens its reasoning channel; --no-thinking "
+                    "does not apply",)
+        return ()
+
+    # -- request-time capability checks (docs/HTTP.md §2.5) ---------------------------------------
+
+    def check_fields(
         self, *, thinking_explicit: bool | None, effort: str | None, tools_nonempty: bool,
-        tool_choice: str | dict | None, response_format_type: str | None, has_images: bool,
+        tool_choice: str | dict[str, Any] | None, response_format_type: str | None, has_images: bool,
         thinking_param: str = "thinking", effort_param: str = "reasoning_effort",
         image_param: str = "messages",
     ) -> None:
@@ -89,7 +139,7 @@ class ChatFormat:
         Raises:
             ChatFormatError: with ``param`` the field that asked (HTTP ``unsupported_by_format``).
         """
-        effort_on, effort_off = effort in EFFORTS_ON, effort in EFFORTS_OFF
+        effort_on, effort_off = effort in ON_EFFORTS, effort in OFF_EFFORTS
         if not self.reasoning and (effort_on or thinking_explicit is True):
             raise ChatFormatError(
                 "This model's chat format has no reasoning channel; thinking cannot be turned on.",
@@ -119,9 +169,9 @@ class ChatFormat:
                 "This model's chat format has no image block; image parts cannot be sent to it.",
                 image_param)
 
-    # -- rendering (chatjson.md, "Rendering") ------------------------------------------------
+    # -- rendering (docs/CHATJSON.md, "Rendering") ------------------------------------------------
 
-    def render(self, messages: Sequence[dict], *, tools: Sequence[dict] | None = None,
+    def render(self, messages: Sequence[dict[str, Any]], *, tools: Sequence[dict[str, Any]] | None = None,
                thinking: bool, effort: str | None = None, image_prompt: str | None = None
                ) -> list[Segment]:
         """The prompt for ``messages``, ending with ``open`` (the model has the floor).
@@ -138,7 +188,7 @@ class ChatFormat:
             image_prompt: the markup one image part becomes; None means the format's block.
 
         Raises:
-            ChatFormatError: something ``check_request`` refuses (a caller bug), or an image
+            ChatFormatError: something ``check_fields`` refuses (a caller bug), or an image
                 part without an image block.
             KimiToolError: a call's arguments are not a JSON object.
         """
@@ -152,20 +202,20 @@ class ChatFormat:
             if not self.tools:
                 raise ChatFormatError("This model's chat format has no tool protocol; tool "
                                       "definitions cannot be sent to it.", "tools")
-            segments += kimitools.render_declaration(tools)
-        call_ids = kimitools.CallIds()
+            segments += k2tools.render_declaration(tools)
+        call_ids = k2tools.CallIds()
         for index, message in enumerate(messages):
             segments += self._render_message(message, f"messages[{index}]", call_ids,
                                              image_prompt)
         return segments + markup(self.open)
 
-    def _render_message(self, message: dict, path: str, call_ids: kimitools.CallIds,
+    def _render_message(self, message: dict[str, Any], path: str, call_ids: k2tools.CallIds,
                         image_prompt: str | None) -> list[Segment]:
         role = message.get("role")
         if role == "tool":
             self._require_tools(f"{path}.role")
             text = _text_only(message.get("content"), path)
-            return kimitools.render_result(text, call_ids.answer(message.get("tool_call_id")),
+            return k2tools.render_result(text, call_ids.answer(message.get("tool_call_id")),
                                            message.get("name"))
         if role == "assistant":
             return self._render_assistant(message, path, call_ids)
@@ -176,7 +226,7 @@ class ChatFormat:
         return [*markup(prefix), *self._content(message.get("content"), path, image_prompt),
                 *markup(suffix)]
 
-    def _render_assistant(self, message: dict, path: str, call_ids: kimitools.CallIds
+    def _render_assistant(self, message: dict[str, Any], path: str, call_ids: k2tools.CallIds
                           ) -> list[Segment]:
         prefix, suffix = self.assistant
         segments = markup(prefix)
@@ -187,7 +237,7 @@ class ChatFormat:
         calls = message.get("tool_calls")
         if calls:
             self._require_tools(f"{path}.tool_calls")
-            segments += kimitools.render_calls(calls, call_ids.assign(calls), param=path)
+            segments += k2tools.render_calls(calls, call_ids.assign(calls), param=path)
         return segments + markup(suffix)
 
     def _content(self, content: Any, path: str, image_prompt: str | None) -> list[Segment]:
@@ -219,12 +269,12 @@ class ChatFormat:
         """A fresh reader for one generated turn.
 
         Reasoning starts at once when the prompt opened the channel (``always_open``; thinking
-        is then necessarily on, ``check_request`` refuses it off), or when the model opens it
+        is then necessarily on, ``check_fields`` refuses it off), or when the model opens it
         itself before anything else. ``thinking`` is accepted for the XTML parser's signature;
         the prompt, not the flag, decides where the model's output starts.
         """
         del thinking
-        calls = (kimitools.CallSectionReader(self.tool_marker_ids)
+        calls = (k2tools.CallSectionReader(self.tool_marker_ids)
                  if self.tool_marker_ids is not None else None)
         return ChatReplyReader(
             stop_ids=frozenset(self.stop_ids), n_base_vocab=self.n_base_vocab,

@@ -1,7 +1,7 @@
 """The K3 reply parser (the seed's ``regions``): the model's XTML back into an OpenAI message.
 
 Incremental, so deltas stream while the model talks and each tool call goes out once complete.
-Structure comes from marker ids (``feed_token``) or marker strings (``feed``); xtml.md §6.
+Structure comes from marker ids (``feed_token``) or marker strings (``feed``); docs/XTML.md §6.
 """
 
 from __future__ import annotations
@@ -11,35 +11,21 @@ import json
 import math
 import re
 import secrets
-from typing import Callable
+from typing import Any, Callable
 
 import attrs
 
-from waste.domain.replies import Delta, ToolCall, assistant_message
+from waste.domain.reply.events import Delta, ToolCall, assistant_message
+from waste.domain.xtml.markers import CLOSE, END_OF_MSG, OPEN, SEP, STRUCTURE, XtmlMarkerIds
 
-OPEN, SEP, CLOSE, END_OF_MSG = "<|open|>", "<|sep|>", "<|close|>", "<|end_of_msg|>"
-MARKERS = (OPEN, SEP, CLOSE, END_OF_MSG)
-_LONGEST_MARKER = max(len(m) for m in MARKERS)
+_LONGEST_MARKER = max(len(m) for m in STRUCTURE)
 
 # A header attribute: a run of word characters, '="', the value up to the next '"'.
 _ATTRIBUTE = re.compile(r'(\w+)="([^"]*)"')
 
-# Parser states (xtml.md §6 "States").
+# Parser states (docs/XTML.md §6 "States").
 TOP, THINK, RESPONSE, TOOLS, CALL, ARG, JSON, DONE = (
     "TOP", "THINK", "RESPONSE", "TOOLS", "CALL", "ARG", "JSON", "DONE")
-
-
-@attrs.frozen
-class XtmlMarkerIds:
-    """The token ids of the four structural markers, resolved from the vocabulary.
-
-    Field order is ``chatfmt.XTML_MARKERS``' order, so ``XtmlMarkerIds(*selection_ids)`` works.
-    """
-
-    open: int
-    sep: int
-    close: int
-    end_of_msg: int
 
 
 @attrs.define
@@ -74,7 +60,7 @@ class RegionParser:
     thinking: bool = attrs.field(kw_only=True)
     marker_ids: XtmlMarkerIds | None = attrs.field(default=None, kw_only=True)
     call_id_factory: Callable[[], str] | None = attrs.field(default=None, kw_only=True)
-    # Non-marker tokens fed by id in the THINK region, tag headers excluded (http.md §3.3).
+    # Non-marker tokens fed by id in the THINK region, tag headers excluded (docs/HTTP.md §3.3).
     reasoning_tokens: int = attrs.field(default=0, init=False)
     tool_calls: list[ToolCall] = attrs.field(factory=list, init=False)
     ended_by_marker: bool = attrs.field(default=False, init=False)
@@ -117,8 +103,8 @@ class RegionParser:
         """The content read so far (never stripped)."""
         return "".join(self._content)
 
-    def message(self) -> dict:
-        """The OpenAI assistant message (http.md §3.1); call after ``finish``."""
+    def message(self) -> dict[str, Any]:
+        """The OpenAI assistant message (docs/HTTP.md §3.1); call after ``finish``."""
         return assistant_message(self.content, self.reasoning, self.tool_calls)
 
     # ---- feeding -------------------------------------------------------------------------
@@ -171,7 +157,7 @@ class RegionParser:
         buffer, self._held = self._held + text, ""
         start = search = 0
         while (at := buffer.find("<|", search)) >= 0:
-            marker = next((m for m in MARKERS if buffer.startswith(m, at)), None)
+            marker = next((m for m in STRUCTURE if buffer.startswith(m, at)), None)
             if marker is not None:
                 self._on_text(buffer[start:at], out)
                 self._on_marker(marker, out)
@@ -323,7 +309,7 @@ class RegionParser:
 # ---- headers and arguments --------------------------------------------------------------
 
 def _is_partial_marker(text: str) -> bool:
-    return any(len(text) < len(m) and m.startswith(text) for m in MARKERS)
+    return any(len(text) < len(m) and m.startswith(text) for m in STRUCTURE)
 
 
 def _attributes(header: str) -> dict[str, str]:
@@ -336,13 +322,13 @@ def _attributes(header: str) -> dict[str, str]:
 
 
 def _arguments(elements: list[_Element]) -> str:
-    """The ``arguments`` string of a complete call (xtml.md §6 "Emitting a call")."""
+    """The ``arguments`` string of a complete call (docs/XTML.md §6 "Emitting a call")."""
     raw_json = next((e for e in elements if e.name == "json"), None)
     if raw_json is not None:
         raw = "".join(raw_json.parts)
         decoded, value = _strict_json(raw)
         return _dumps(value) if decoded and isinstance(value, dict) else raw
-    obj: dict = {}
+    obj: dict[str, Any] = {}
     for element in elements:
         key = element.attributes.get("key")
         if key is None:

@@ -1,7 +1,7 @@
 """JSON as the K3 renderer writes it: canonical declarations and tool-call arguments.
 
 Declarations (tools, schemas) are deep-sorted and compact; arguments keep their written order
-and Python's default separators (xtml.md §3.5, §3.9). Both follow Python ``json`` exactly,
+and Python's default separators (docs/XTML.md §3.5, §3.9). Both follow Python ``json`` exactly,
 because the reference encoder is Python: ``NaN``, big integers and float spelling included.
 """
 

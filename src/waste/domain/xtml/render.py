@@ -1,6 +1,6 @@
 """The Kimi K3 XTML prompt renderer: OpenAI-shaped messages in, tokenizer segments out.
 
-Mirrors the K3 release's ``encoding_k3.py`` (xtml.md §1–§4): structure markers and image
+Mirrors the K3 release's ``encoding_k3.py`` (docs/XTML.md §1–§4): structure markers and image
 prompts are markup segments, everything a user, tool or model wrote is plain, and no segment
 is ever empty or merged with its neighbour.
 """
@@ -14,22 +14,23 @@ from typing import Any
 import attrs
 
 from waste.domain.errors import XTMLError
+from waste.domain.requests.thinking import ON_EFFORTS
 from waste.domain.segments import Segment, markup, plain
-from waste.domain.xtml_json import (
+from waste.domain.xtml.arguments import (
     RawArguments,
     argument_text,
     argument_type,
     canonical_json,
     normalise_arguments,
 )
-from waste.domain.xtml_tool_results import call_function, order_tool_results, resolve_tool_name
+from waste.domain.xtml.markers import (CLOSE, END_OF_MSG, MEDIA_BEGIN, MEDIA_CONTENT, MEDIA_END,
+                                      MEDIA_PAD, MEDIA_PLACEHOLDER, OPEN, SEP)
+from waste.domain.xtml.tool_results import call_function, order_tool_results, resolve_tool_name
 
-OPEN, SEP, CLOSE, END_OF_MSG = "<|open|>", "<|sep|>", "<|close|>", "<|end_of_msg|>"
-MEDIA_PLACEHOLDER = "<|kimi_image_placeholder|>"
 
 # A set, not a tuple: upstream's membership test raises TypeError for an unhashable effort,
 # and sorted() of it gives the ['high', 'low', 'max'] its message prints.
-SUPPORTED_EFFORTS = frozenset({"low", "high", "max"})
+SUPPORTED_EFFORTS = frozenset(ON_EFFORTS)
 IMAGE_PART_TYPES = ("image", "image_url")
 
 TOOLS_DECLARE = (
@@ -64,7 +65,7 @@ TOO_FEW_PROMPTS = "More image placeholders than image prompts."
 
 
 def image_prompt(width: int, height: int) -> str:
-    """The markup K3's vision processor puts where an image goes (xtml.md §3.8).
+    """The markup K3's vision processor puts where an image goes (docs/XTML.md §3.8).
 
     Args:
         width: the decoded image's original width in pixels, before any resize.
@@ -79,7 +80,7 @@ def image_prompt(width: int, height: int) -> str:
     for field, size in (("width", width), ("height", height)):
         if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
             raise ValueError(f"image {field} must be a positive int, got {size!r}")
-    return f"<|media_begin|>image {width}x{height}<|media_content|><|media_pad|><|media_end|>"
+    return f"{MEDIA_BEGIN}image {width}x{height}{MEDIA_CONTENT}{MEDIA_PAD}{MEDIA_END}"
 
 
 def render_segments(
@@ -140,7 +141,7 @@ def _render(
     add_generation_prompt: Any,
 ) -> list[Segment]:
     ordered = order_tool_results(copy.deepcopy(list(messages)))
-    for message in ordered:  # arguments are checked before anything else (xtml.md §2)
+    for message in ordered:  # arguments are checked before anything else (docs/XTML.md §2)
         if isinstance(message, dict) and message.get("tool_calls"):
             for entry in message["tool_calls"]:
                 normalise_arguments(call_function(entry).get("arguments"))
@@ -211,7 +212,7 @@ class _Renderer:
     def open(self, tag: str, *attributes: tuple[str, Any]) -> None:
         self.out += markup(OPEN)
         self.out += plain(tag)
-        for key, value in attributes:  # four plain segments, never merged (xtml.md §1 rule 3)
+        for key, value in attributes:  # four plain segments, never merged (docs/XTML.md §1 rule 3)
             self.out += plain(f" {key}")
             self.out += plain('="')
             self.out += plain(_escape(str(value)))

@@ -1,4 +1,4 @@
-"""Prometheus text for /metrics (http.md §1): request counters, timings, engine totals."""
+"""Prometheus text for /metrics (docs/HTTP.md §1): request counters, timings, engine totals."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections import Counter
 
 import attrs
 
-from waste.domain.engine import EngineStats
+from waste.domain.ports import EngineStats
 
 
 def _label(value: str) -> str:

@@ -1,27 +1,29 @@
-"""The engine worker: one Trio task owns the engine and runs jobs FIFO in a worker thread.
+"""The generation service: one Trio task owns the engine and runs jobs FIFO in a worker thread.
 
 A request is admitted once (``admit``: the place is held from then on) and reads its events
 from an unbounded per-job channel, so a client that stops reading never blocks the engine
-(stack-notes pitfall 6). A request that ends — finished, failed or disconnected — calls
+(docs/STACK.md pitfall 6). A request that ends — finished, failed or disconnected — calls
 ``leave``: a waiting job leaves the queue at once without touching the engine, and a running
-one is stopped at the next token (callback) or prefill chunk (``Engine.abort``).
+one is stopped at the next token (callback) or prefill chunk (``Engine.abort``). It depends
+on the ports only: the engine arrives through an opener the composition root chooses.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import math
 import time
-from typing import Any, Awaitable, Callable
+from typing import Any, AsyncContextManager, Awaitable, Callable
 
 import attrs
 import trio
 
-from waste.domain.completion import Output, ReplyAssembler
-from waste.domain.engine import (E_CANCELLED, Engine, EngineError, GenerationResult,
-                                 SamplingParams, Tokenizer)
 from waste.domain.errors import ContextLengthExceeded
+from waste.domain.ports import (Cancelled, ContextFull, Engine, GenerationResult, Prompt,
+                                PromptImage, SamplingParams, TokenEvent, Tokenizer)
+from waste.domain.reply.assembler import Output, ReplyAssembler
 
 log = logging.getLogger("waste.engine")
 SHUTDOWN_GRACE_S = 10.0
@@ -73,13 +75,6 @@ class Failed:
     error: BaseException
 
 
-@attrs.frozen(kw_only=True)
-class DecodedImage:
-    rgb: bytes
-    width: int
-    height: int
-
-
 @attrs.define(kw_only=True, eq=False)
 class Job:
     """One generation request. ``cancelled`` is read by the worker thread between tokens."""
@@ -87,14 +82,14 @@ class Job:
     prompt: list[int]
     params: SamplingParams
     assembler: ReplyAssembler
-    images: tuple[DecodedImage, ...] = ()
+    images: tuple[PromptImage, ...] = ()
     ctx_param: str = "messages"
     cancelled: bool = False
     completed: bool = False  # set by the request once it has read Finished or Failed
     started: bool = False  # handed to the engine thread
     left: bool = False  # the request called ``leave``
     enqueued_at: float = attrs.field(factory=time.perf_counter)
-    send: Any = None
+    send: trio.MemorySendChannel | None = None
 
 
 def _deliver(send: trio.MemorySendChannel, item: object) -> None:
@@ -105,18 +100,20 @@ def _deliver(send: trio.MemorySendChannel, item: object) -> None:
         pass
 
 
-EngineLoader = Callable[[], "tuple[Engine, Tokenizer]"]
+# Opens the engine and its tokenizer for the server's lifetime, and closes them on exit
+# (the adapters' ``open_*`` async context managers; the blocking open runs in a thread).
+EngineOpener = Callable[[], AsyncContextManager["tuple[Engine, Tokenizer]"]]
 
 
 @attrs.define(eq=False)
-class EngineHost:
-    """Owns the engine for the server's lifetime: loading, the FIFO queue, shutdown.
+class GenerationService:
+    """Owns the engine for the server's lifetime: opening, the FIFO queue, shutdown.
 
     ``running`` is the job that owns the engine (or is about to: it is assigned the moment
     an idle engine admits it); ``queue_depth`` counts only the jobs waiting behind it.
     """
 
-    loader: EngineLoader
+    opener: EngineOpener
     max_queue: int = 64
     shutdown_grace_s: float = SHUTDOWN_GRACE_S
     # Runs after the engine opened and before it is declared loaded (the chat format).
@@ -129,7 +126,7 @@ class EngineHost:
     requests_cancelled: int = 0
     shutting_down: bool = False
     ready: trio.Event = attrs.field(factory=trio.Event)  # the load ended, either way
-    trio_token: Any = None
+    trio_token: trio.lowlevel.TrioToken | None = None
     # One limiter per native context: its blocking calls are serialised in worker threads.
     engine_limiter: trio.CapacityLimiter = attrs.field(factory=lambda: trio.CapacityLimiter(1))
     tokenizer_limiter: trio.CapacityLimiter = attrs.field(factory=lambda: trio.CapacityLimiter(1))
@@ -138,7 +135,7 @@ class EngineHost:
     _changed: trio.lowlevel.ParkingLot = attrs.field(factory=trio.lowlevel.ParkingLot)
     _shutdown_requested: trio.Event = attrs.field(factory=trio.Event)
     _stopped: trio.Event = attrs.field(factory=trio.Event)
-    _closed: bool = False
+    _close_requested: trio.Event = attrs.field(factory=trio.Event)
 
     @property
     def loaded(self) -> bool:
@@ -149,7 +146,7 @@ class EngineHost:
         """Jobs waiting for the engine (not the one that owns it)."""
         return len(self._waiting)
 
-    async def wait_until(self, predicate: Callable[["EngineHost"], bool]) -> None:
+    async def wait_until(self, predicate: Callable[["GenerationService"], bool]) -> None:
         """Return once ``predicate(self)`` holds; re-checked after every change of state."""
         while not predicate(self):
             await self._changed.park()
@@ -158,26 +155,28 @@ class EngineHost:
         self._changed.unpark_all()
 
     # -- lifetime ------------------------------------------------------------------------
-    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        """Open the engine in a thread, then serve jobs until shutdown."""
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Open the engine, serve jobs until shutdown, then close it (the opener's exit)."""
         self.trio_token = trio.lowlevel.current_trio_token()
         task_status.started()
         try:
-            if await self._open():
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._enforce_grace)
-                    await self._serve_jobs()
-                    nursery.cancel_scope.cancel()
+            async with contextlib.AsyncExitStack() as stack:
+                if await self._open(stack):
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(self._enforce_grace)
+                        await self._serve_jobs()
+                        nursery.cancel_scope.cancel()
+                    # The engine stays open (statistics, tokenizer) until the server stops.
+                    await self._close_requested.wait()
         finally:
             self._stopped.set()
             self._notify()
 
-    async def _open(self) -> bool:
-        # waste_open cannot be aborted, and an abandoned thread would outlive the engine:
-        # a shutdown during the load waits for it to end.
+    async def _open(self, stack: contextlib.AsyncExitStack) -> bool:
+        # The opener waits for a load in progress even when cancelled (waste_open cannot be
+        # aborted, and an abandoned thread would outlive the engine).
         try:
-            self.engine, self.tokenizer = await trio.to_thread.run_sync(
-                self.loader, limiter=self.engine_limiter)
+            self.engine, self.tokenizer = await stack.enter_async_context(self.opener())
             if self.on_open is not None:
                 await self.on_open()
         except Exception as exc:  # reported by /health, every route and the CLI
@@ -206,14 +205,15 @@ class EngineHost:
             if not job.cancelled:  # a client that left before its turn: the engine never sees it
                 job.started = True
                 self._notify()
-                await trio.to_thread.run_sync(self._run_job, job, self.trio_token,
+                token = trio.lowlevel.current_trio_token()
+                await trio.to_thread.run_sync(self._run_job, job, token,
                                               limiter=self.engine_limiter)
             self.running = self._waiting.popleft() if self._waiting else None
             self._notify()
 
     # -- admission -----------------------------------------------------------------------
     def admit(self, job: Job) -> trio.MemoryReceiveChannel:
-        """Give ``job`` its place (http.md §2.1 step 10); the channel of its events.
+        """Give ``job`` its place (docs/HTTP.md §2.1 step 10); the channel of its events.
 
         Synchronous, and decided once: from here the place is held until ``leave(job)``.
         A request to an idle engine does not wait, so it never counts against ``max_queue``.
@@ -251,7 +251,7 @@ class EngineHost:
         if job in self._waiting:
             self._waiting.remove(job)
         elif self.running is job and job.started and not job.completed:
-            self.engine.abort()
+            self._engine().abort()
         self._notify()
 
     # -- shutdown ------------------------------------------------------------------------
@@ -266,7 +266,8 @@ class EngineHost:
         while self._waiting:
             job = self._waiting.popleft()
             job.cancelled = True  # never reaches the engine
-            _deliver(job.send, Failed(ShuttingDown()))
+            if job.send is not None:
+                _deliver(job.send, Failed(ShuttingDown()))
         self._shutdown_requested.set()
         self._notify()
 
@@ -278,93 +279,69 @@ class EngineHost:
             log.warning("shutdown: the running generation is aborted after %.0f s",
                         self.shutdown_grace_s)
             self.aborting = True  # the callback returns stop, and abort covers prefill
-            self.engine.abort()
+            self._engine().abort()
             self._notify()
 
     async def aclose(self) -> None:
-        """Shut down, wait for the worker, save the hotlist and close the engine.
+        """Shut down and wait until the worker has stopped and the engine is closed.
 
         Waits for a load in progress to end (it cannot be aborted). Run shielded: it must
         finish even when the serving lifecycle's own deadline has passed.
         """
         self.request_shutdown()
+        self._close_requested.set()
         await self.ready.wait()
         await self._stopped.wait()
-        if self._closed or self.engine is None:
-            return
-        self._closed = True
-        await self.call_engine(self._save_and_close)
 
-    def _save_and_close(self) -> None:
-        try:
-            self.engine.save_usage()
-        except EngineError as exc:  # http.md §6: a failure to save is logged only
-            log.warning("expert hotlist not saved: %s", exc)
-        self.engine.close()
-        if self.tokenizer is not None and self.tokenizer is not self.engine:
-            self.tokenizer.close()
+    def _engine(self) -> Engine:
+        if self.engine is None:
+            raise RuntimeError("the engine is not open")
+        return self.engine
 
     # -- the worker thread --------------------------------------------------------------
     def _run_job(self, job: Job, token: trio.lowlevel.TrioToken) -> None:
-        engine = self.engine
+        engine = self._engine()
+        send = job.send
+        assert send is not None, "admit gave the job its channel"
 
         def deliver(item: object) -> None:
-            token.run_sync_soon(_deliver, job.send, item)
+            token.run_sync_soon(_deliver, send, item)
 
-        def on_token(event) -> bool:
+        def on_token(event: TokenEvent) -> bool:
             outputs = job.assembler.on_token(event)
             if outputs:
                 deliver(Released(tuple(outputs)))
             return job.cancelled or self.aborting or job.assembler.should_stop
 
+        deliver(Started((time.perf_counter() - job.enqueued_at) * 1000))
         try:
-            engine.reset()
-            if job.cancelled:
-                # The client left as the job started. ``leave`` sets ``cancelled`` before it
-                # calls ``abort``, so an abort this check misses came after the reset, which
-                # would otherwise have cleared it: it stays set for ``generate``.
-                return
-            prompt = self._expand_images(engine, job)
-            deliver(Started((time.perf_counter() - job.enqueued_at) * 1000))
-            result = engine.generate(prompt, job.params, on_token)
-        except EngineError as exc:
-            if exc.status != E_CANCELLED:
-                return self._fail(engine, deliver, exc)
+            # ``leave`` sets ``cancelled`` before it calls ``abort``: an abort that lands
+            # before the engine's fresh start is seen through ``is_cancelled`` instead.
+            result = engine.generate(Prompt(ids=tuple(job.prompt), images=job.images),
+                                     job.params, on_token, is_cancelled=lambda: job.cancelled)
+        except Cancelled:
             result = None  # aborted: the client left, or the shutdown grace ran out
+        except ContextFull as exc:  # the prompt outgrew the context once images expanded
+            if exc.prompt_tokens is None or exc.ctx_tokens is None:
+                return self._fail(deliver, exc)
+            return self._fail(deliver, ContextLengthExceeded(exc.prompt_tokens, exc.ctx_tokens,
+                                                             job.ctx_param))
         except BaseException as exc:  # every failure reaches its request, never the loop
-            return self._fail(engine, deliver, exc)
+            return self._fail(deliver, exc)
         stopped_from_outside = result is None or (
             result.stop_reason == "callback" and not job.assembler.should_stop)
-        if stopped_from_outside:
+        if result is None or stopped_from_outside:
             if self.aborting and not job.cancelled:
                 deliver(Failed(ShuttingDown()))
             return  # a client that left reads nothing more
-        deliver(Finished(result, tuple(job.assembler.finish()), len(prompt)))
+        deliver(Finished(result, tuple(job.assembler.finish()), result.prompt_tokens))
 
     @staticmethod
-    def _fail(engine: Engine, deliver: Callable[[object], None], exc: BaseException) -> None:
+    def _fail(deliver: Callable[[object], None], exc: BaseException) -> None:
+        # The engine starts every generation from a fresh state, so nothing is reset here.
         log.warning("generation failed: %s", exc)
-        try:
-            engine.reset()  # after a failure the next request starts clean (http.md §5)
-        except EngineError as reset_error:
-            log.error("engine reset after a failure failed: %s", reset_error)
         deliver(Failed(exc))
 
-    @staticmethod
-    def _expand_images(engine: Engine, job: Job) -> list[int]:
-        if not job.images:
-            return job.prompt
-        for image in job.images:
-            engine.add_image(image.rgb, image.width, image.height)
-        prompt = engine.expand_images(job.prompt)
-        ctx = engine.model_info().ctx_tokens
-        if len(prompt) >= ctx:
-            raise ContextLengthExceeded(len(prompt), ctx, job.ctx_param)
-        room = ctx - len(prompt)
-        if job.params.max_tokens > room:
-            job.params = attrs.evolve(job.params, max_tokens=room)
-        return prompt
 
-
-__all__ = ["EngineHost", "Job", "Started", "Released", "Finished", "Failed", "QueueFull",
-           "ShuttingDown", "EngineLoading", "EngineLoadFailed", "DecodedImage", "EngineError"]
+__all__ = ["GenerationService", "EngineOpener", "Job", "Started", "Released", "Finished",
+           "Failed", "QueueFull", "ShuttingDown", "EngineLoading", "EngineLoadFailed"]

@@ -1,4 +1,4 @@
-"""Chat messages: validated one at a time and normalised for the renderers (http.md §2.3, §7).
+"""Chat messages: validated one at a time and normalised for the renderers (docs/HTTP.md §2.3, §7).
 
 The output dicts are OpenAI-shaped and hold only what the renderers read: `developer` becomes
 `system`, image parts take one shape, and fields a role does not use are dropped.
@@ -6,12 +6,14 @@ The output dicts are OpenAI-shaped and hold only what the renderers read: `devel
 
 from __future__ import annotations
 
+from typing import Any
+
 import json
 
 import attrs
 
 from waste.domain.errors import InvalidRequest
-from waste.domain.requests_fields import (
+from waste.domain.requests.fields import (
     INVALID_VALUE,
     UNSUPPORTED,
     missing,
@@ -20,7 +22,7 @@ from waste.domain.requests_fields import (
     shorten,
     wrong_type,
 )
-from waste.domain.requests_json import find_decoded_problem
+from waste.domain.requests.json_body import find_decoded_problem
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 IMAGE_PART_TYPES = ("image_url", "image")
@@ -50,7 +52,7 @@ class ImagePart:
         return f"messages[{self.message_index}].content[{self.part_index}]"
 
 
-def parse_messages(value: object) -> tuple[tuple[dict, ...], tuple[ImagePart, ...]]:
+def parse_messages(value: object) -> tuple[tuple[dict[str, Any], ...], tuple[ImagePart, ...]]:
     """Validate `messages` and normalise each one.
 
     Args:
@@ -73,7 +75,7 @@ def parse_messages(value: object) -> tuple[tuple[dict, ...], tuple[ImagePart, ..
     return messages, tuple(images)
 
 
-def _parse_message(message: object, i: int, images: list[ImagePart]) -> dict:
+def _parse_message(message: object, i: int, images: list[ImagePart]) -> dict[str, Any]:
     path = f"messages[{i}]"
     if type(message) is not dict:
         raise wrong_type(path, "an object", message)
@@ -88,8 +90,8 @@ def _parse_message(message: object, i: int, images: list[ImagePart]) -> dict:
             f"{path}.role",
             INVALID_VALUE,
         )
-    # developer is folded into system (xtml.md §5): the encoder itself would skip it silently.
-    out: dict = {"role": "system" if role == "developer" else role}
+    # developer is folded into system (docs/XTML.md §5): the encoder itself would skip it silently.
+    out: dict[str, Any] = {"role": "system" if role == "developer" else role}
 
     content = message.get("content")
     if content is None:
@@ -122,7 +124,7 @@ def _parse_message(message: object, i: int, images: list[ImagePart]) -> dict:
     return out
 
 
-def _parse_part(part: object, i: int, j: int, role: str, images: list[ImagePart]) -> dict:
+def _parse_part(part: object, i: int, j: int, role: str, images: list[ImagePart]) -> dict[str, Any]:
     path = f"messages[{i}].content[{j}]"
     if type(part) is not dict:
         raise wrong_type(path, "an object (a content part)", part)
@@ -160,8 +162,8 @@ def _parse_part(part: object, i: int, j: int, role: str, images: list[ImagePart]
     )
 
 
-def _image_url(part: dict, kind: str, path: str) -> tuple[str, str]:
-    """The URL of one of the three image part shapes (http.md §7), with its param path."""
+def _image_url(part: dict[str, Any], kind: str, path: str) -> tuple[str, str]:
+    """The URL of one of the three image part shapes (docs/HTTP.md §7), with its param path."""
     value = part.get(kind)
     if value is None:
         raise missing(f"{path}.{kind}", "an image part needs a URL")
@@ -178,16 +180,16 @@ def _image_url(part: dict, kind: str, path: str) -> tuple[str, str]:
     raise wrong_type(f"{path}.{kind}", expected, value)
 
 
-def _parse_tool_calls(calls: object, path: str) -> list[dict]:
+def _parse_tool_calls(calls: object, path: str) -> list[dict[str, Any]]:
     if type(calls) is not list:
         raise wrong_type(path, "an array of tool calls", calls)
     return [_parse_tool_call(call, f"{path}[{j}]") for j, call in enumerate(calls)]
 
 
-def _parse_tool_call(call: object, path: str) -> dict:
+def _parse_tool_call(call: object, path: str) -> dict[str, Any]:
     if type(call) is not dict:
         raise wrong_type(path, "an object (a tool call)", call)
-    out: dict = {}
+    out: dict[str, Any] = {}
     call_id = optional_str(call, "id", f"{path}.id")
     if call_id is not None:
         out["id"] = call_id
@@ -199,10 +201,10 @@ def _parse_tool_call(call: object, path: str) -> dict:
     out["type"] = "function"
     function = call.get("function")
     if function is None:
-        # http.md §2.3: a missing `function` is reported on the name it fails to supply.
+        # docs/HTTP.md §2.3: a missing `function` is reported on the name it fails to supply.
         raise missing(f"{path}.function.name", "a tool call needs a function name")
     name = parse_function_name(function, path, "a tool call needs a function name")
-    fn_out: dict = {"name": name}
+    fn_out: dict[str, Any] = {"name": name}
     arguments = function.get("arguments")
     if arguments is not None:
         if type(arguments) is str:
@@ -215,7 +217,7 @@ def _parse_tool_call(call: object, path: str) -> dict:
 
 
 def _check_argument_string(arguments: str, param: str) -> None:
-    """Refuse a string the renderer would choke on; an unparseable one renders raw (xtml.md §3.5).
+    """Refuse a string the renderer would choke on; an unparseable one renders raw (docs/XTML.md §3.5).
 
     The renderer parses with plain `json.loads` (NaN allowed), so the same call decides here.
     """

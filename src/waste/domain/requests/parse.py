@@ -1,4 +1,4 @@
-"""OpenAI request bodies → frozen, validated requests (http.md §2; xtml.md §5 server mapping).
+"""OpenAI request bodies → frozen, validated requests (docs/HTTP.md §2; docs/XTML.md §5 server mapping).
 
 `parse_chat_request` and `parse_completion_request` check fields in the spec's table order and
 raise `InvalidRequest` for the first failure. Unknown fields are ignored whatever their type.
@@ -6,10 +6,12 @@ raise `InvalidRequest` for the first failure. Unknown fields are ignored whateve
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 
 from waste.domain.errors import InvalidRequest
-from waste.domain.requests_fields import (
+from waste.domain.requests.fields import (
     INVALID_TYPE,
     INVALID_VALUE,
     UNSUPPORTED,
@@ -32,9 +34,9 @@ from waste.domain.requests_fields import (
     shorten,
     wrong_type,
 )
-from waste.domain.requests_json import parse_json_body
-from waste.domain.requests_messages import ImagePart, parse_messages
-from waste.domain.requests_thinking import ThinkingChoice, parse_thinking, resolve_thinking
+from waste.domain.requests.json_body import parse_json_body
+from waste.domain.requests.messages import ImagePart, parse_messages
+from waste.domain.requests.thinking import ThinkingChoice, parse_thinking, resolve_thinking
 
 __all__ = [
     "ChatRequest",
@@ -80,7 +82,7 @@ class ChatRequest(GenerationFields):
             string or object), tool `tool_call_id`. Nothing else.
         tools: the tool objects exactly as given, or None for absent, null or `[]`.
         tool_choice: None, "auto", "none" or "required"; a named function gives "required"
-            (xtml.md §5) and sets `tool_choice_function`.
+            (docs/XTML.md §5) and sets `tool_choice_function`.
         tool_choice_function: the function a named `tool_choice` names (declared in `tools`).
         response_format: None for absent or `{"type":"text"}`; else `{"type"}` plus
             `json_schema` when the client sent one.
@@ -95,24 +97,24 @@ class ChatRequest(GenerationFields):
         image_parts: every image part in message order, for decoding after the format checks.
     """
 
-    messages: tuple[dict, ...]
-    tools: tuple[dict, ...] | None = None
+    messages: tuple[dict[str, Any], ...]
+    tools: tuple[dict[str, Any], ...] | None = None
     tool_choice: str | None = None
     tool_choice_function: str | None = None
-    response_format: dict | None = None
+    response_format: dict[str, Any] | None = None
     thinking: ThinkingChoice = ThinkingChoice()
     image_parts: tuple[ImagePart, ...] = ()
 
 
 @attrs.frozen(kw_only=True)
 class CompletionRequest(GenerationFields):
-    """A validated `/v1/completions` request (http.md §2.6); fields as in `ChatRequest`."""
+    """A validated `/v1/completions` request (docs/HTTP.md §2.6); fields as in `ChatRequest`."""
 
     prompt: str
 
 
-def parse_chat_request(body: dict) -> ChatRequest:
-    """Validate a decoded chat body in http.md §2.2 table order.
+def parse_chat_request(body: dict[str, Any]) -> ChatRequest:
+    """Validate a decoded chat body in docs/HTTP.md §2.2 table order.
 
     Args:
         body: the object `parse_json_body` returned.
@@ -161,7 +163,7 @@ def parse_chat_request(body: dict) -> ChatRequest:
     )
 
 
-def _refuse_legacy_functions(body: dict) -> None:
+def _refuse_legacy_functions(body: dict[str, Any]) -> None:
     """`functions` / `function_call`, OpenAI's deprecated tool fields: refused, never ignored."""
     for key in ("functions", "function_call"):
         if body.get(key) is not None:
@@ -172,7 +174,7 @@ def _refuse_legacy_functions(body: dict) -> None:
             )
 
 
-def parse_tools(value: object) -> tuple[dict, ...] | None:
+def parse_tools(value: object) -> tuple[dict[str, Any], ...] | None:
     """`tools`: function tools, passed through whole; None for absent, null or `[]`."""
     if value is None:
         return None
@@ -202,10 +204,10 @@ def parse_tools(value: object) -> tuple[dict, ...] | None:
     return tuple(value) or None
 
 
-def parse_tool_choice(value: object, tools: tuple[dict, ...] | None) -> tuple[str | None, str | None]:
+def parse_tool_choice(value: object, tools: tuple[dict[str, Any], ...] | None) -> tuple[str | None, str | None]:
     """`tool_choice` as (choice, function name); every error's param is `tool_choice`.
 
-    A named function becomes ("required", name): xtml.md §5 renders it as `required` plus a
+    A named function becomes ("required", name): docs/XTML.md §5 renders it as `required` plus a
     message naming the function, and the name must be declared in `tools`.
     """
     if value is None:
@@ -238,7 +240,7 @@ def parse_tool_choice(value: object, tools: tuple[dict, ...] | None) -> tuple[st
     return "required", name
 
 
-def parse_response_format(value: object) -> dict | None:
+def parse_response_format(value: object) -> dict[str, Any] | None:
     """`response_format`: None for absent or `text`; else `{"type"}` (+ `json_schema`)."""
     if value is None:
         return None
@@ -263,8 +265,8 @@ def parse_response_format(value: object) -> dict | None:
     return {"type": kind}
 
 
-def parse_completion_request(body: dict) -> CompletionRequest:
-    """Validate a decoded `/v1/completions` body (http.md §2.6).
+def parse_completion_request(body: dict[str, Any]) -> CompletionRequest:
+    """Validate a decoded `/v1/completions` body (docs/HTTP.md §2.6).
 
     Checks `prompt`, then the shared fields in chat order, then `logprobs`, `echo`, `suffix`
     and `best_of`. Fields chat has but §2.6 does not list (`max_completion_tokens`) are ignored.

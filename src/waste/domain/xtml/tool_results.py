@@ -1,7 +1,7 @@
 """Tool results for the K3 renderer: the all-or-nothing re-sort and the tool-name resolution.
 
 K3 expects a run of tool results in the order of the calls that asked for them, each naming
-its tool (xtml.md §3.7). Clients send them in any order and often without names.
+its tool (docs/XTML.md §3.7). Clients send them in any order and often without names.
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ from typing import Any
 
 import attrs
 
-from waste.domain.kimitools import CallSectionReader
-from waste.domain.replies import Delta, ToolCall, assistant_message
+from waste.domain.chatjson.k2tools import CallSectionReader
+from waste.domain.reply.events import Delta, ToolCall, assistant_message
 
 REASONING, CONTENT = "reasoning", "content"
 

@@ -1,4 +1,4 @@
-"""The thinking request: effort fields and switches (http.md §2.4, xtml.md §5 "Thinking").
+"""The thinking request: effort fields and switches (docs/HTTP.md §2.4, docs/XTML.md §5 "Thinking").
 
 Three effort fields and three boolean switches can each ask for thinking. They must agree;
 `medium` is refused, never replaced by `high`, because K3's encoder asserts it away.
@@ -6,10 +6,13 @@ Three effort fields and three boolean switches can each ask for thinking. They m
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 import attrs
 
 from waste.domain.errors import InvalidRequest
-from waste.domain.requests_fields import INVALID_VALUE, UNSUPPORTED, optional_object, shorten, wrong_type
+from waste.domain.requests.fields import INVALID_VALUE, UNSUPPORTED, optional_object, shorten, wrong_type
 
 ON_EFFORTS = ("low", "high", "max")
 OFF_EFFORTS = ("none", "minimal", "off")
@@ -41,7 +44,7 @@ class ThinkingChoice:
         return self.param is not None
 
 
-def _effort_fields(body: dict):
+def _effort_fields(body: dict[str, Any]) -> Iterator[tuple[str, object]]:
     """Yield (param, value) for the effort fields in table order, checking the `reasoning` object."""
     yield "reasoning_effort", body.get("reasoning_effort")
     reasoning = optional_object(body, "reasoning")
@@ -49,7 +52,7 @@ def _effort_fields(body: dict):
     yield "thinking_effort", body.get("thinking_effort")
 
 
-def _switch_fields(body: dict):
+def _switch_fields(body: dict[str, Any]) -> Iterator[tuple[str, object]]:
     """Yield (param, value) for the switches in table order, checking `chat_template_kwargs`."""
     yield "thinking", body.get("thinking")
     kwargs = optional_object(body, "chat_template_kwargs")
@@ -81,8 +84,8 @@ def _check_effort(param: str, value: object) -> bool:
     )
 
 
-def parse_thinking(body: dict) -> ThinkingChoice:
-    """Read the effort fields, then the switches, in the order of http.md §2.2.
+def parse_thinking(body: dict[str, Any]) -> ThinkingChoice:
+    """Read the effort fields, then the switches, in the order of docs/HTTP.md §2.2.
 
     Args:
         body: the decoded request object.
@@ -114,7 +117,7 @@ def parse_thinking(body: dict) -> ThinkingChoice:
     )
 
 
-def _agreed_effort(body: dict) -> tuple[str | None, bool, str | None]:
+def _agreed_effort(body: dict[str, Any]) -> tuple[str | None, bool, str | None]:
     """The first effort field given, checked against every later one: (param, on, on-effort)."""
     effort_param: str | None = None
     effort: str | None = None
@@ -124,7 +127,7 @@ def _agreed_effort(body: dict) -> tuple[str | None, bool, str | None]:
             continue
         on = _check_effort(param, value)
         if effort_param is None:
-            effort_param, effort_on, effort = param, on, (value if on else None)
+            effort_param, effort_on, effort = param, on, (str(value) if on else None)
         elif on != effort_on or (on and value != effort):
             earlier = effort if effort_on else "off"
             raise InvalidRequest(
@@ -135,7 +138,7 @@ def _agreed_effort(body: dict) -> tuple[str | None, bool, str | None]:
     return effort_param, effort_on, effort
 
 
-def _agreed_switch(body: dict) -> tuple[str | None, bool | None]:
+def _agreed_switch(body: dict[str, Any]) -> tuple[str | None, bool | None]:
     """The first thinking switch given, checked against every later one: (param, value)."""
     switch_param: str | None = None
     switch: bool | None = None
@@ -156,7 +159,7 @@ def _agreed_switch(body: dict) -> tuple[str | None, bool | None]:
 
 
 def resolve_thinking(choice: ThinkingChoice, *, default_on: bool) -> tuple[bool, str | None]:
-    """Apply the server default (xtml.md §5 table).
+    """Apply the server default (docs/XTML.md §5 table).
 
     Args:
         choice: what the request asked (`parse_thinking`).

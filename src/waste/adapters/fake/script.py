@@ -1,4 +1,4 @@
-"""The fake engine's SCRIPT: parsing and validating http.md §9.1's JSON object.
+"""The fake engine's SCRIPT: parsing and validating docs/HTTP.md §9.1's JSON object.
 
 Kept apart from the engine itself so a bad script is refused at startup with a message
 naming the key, before anything is served.
@@ -11,7 +11,13 @@ from pathlib import Path
 
 import attrs
 
-ERROR_STATUSES = {"io": -1, "format": -2, "budget": -3, "nomem": -4, "state": -9}
+from waste.domain.ports import (BudgetExceeded, EngineError, EngineFormatError, EngineIOError,
+                                EngineOutOfMemory, InvalidState)
+
+# A scripted failure's name -> the port's exception the fake raises for it.
+SCRIPTED_ERRORS: dict[str, type[EngineError]] = {
+    "io": EngineIOError, "format": EngineFormatError, "budget": BudgetExceeded,
+    "nomem": EngineOutOfMemory, "state": InvalidState}
 _KEYS = {"format", "chat_json", "k2_tool_markers", "image_positions", "load_delay_s",
          "prefill_delay_s", "token_delay_s", "replies", "tokenizer"}
 _RULE_KEYS = {"when", "reasoning", "content", "tool_calls", "raw", "error", "after_tokens"}
@@ -108,8 +114,8 @@ def _parse_rule(rule: object, i: int) -> ReplyRule:
         if rule.get(key) is not None and not isinstance(rule[key], str):
             raise ScriptError(f"{where}.{key} must be a string")
     error = rule.get("error")
-    if error is not None and error not in ERROR_STATUSES:
-        raise ScriptError(f"{where}.error must be one of {sorted(ERROR_STATUSES)}")
+    if error is not None and error not in SCRIPTED_ERRORS:
+        raise ScriptError(f"{where}.error must be one of {sorted(SCRIPTED_ERRORS)}")
     after = rule.get("after_tokens", 0)
     if isinstance(after, bool) or not isinstance(after, int) or after < 0:
         raise ScriptError(f"{where}.after_tokens must be a non-negative integer")

@@ -1,7 +1,7 @@
 """Stop strings over streamed content, held back in whole tokens.
 
 A content tail that could still grow into a stop string is held, together with every token
-overlapping it, so a stop string split across tokens never leaks (http.md §4.3). Each released
+overlapping it, so a stop string split across tokens never leaks (docs/HTTP.md §4.3). Each released
 entry keeps its token's logprob, so logprob entries concatenate to the content.
 """
 

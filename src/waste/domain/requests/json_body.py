@@ -1,4 +1,4 @@
-"""Request bodies: strict UTF-8 JSON objects (http.md §2.1 step 4, §5 `invalid_json`).
+"""Request bodies: strict UTF-8 JSON objects (docs/HTTP.md §2.1 step 4, §5 `invalid_json`).
 
 Python's json accepts NaN/Infinity, nests until the interpreter's recursion limit and lets lone
 surrogate escapes through; each of those would surface later as a 500, so all are refused here.
@@ -6,8 +6,11 @@ surrogate escapes through; each of those would surface later as a 500, so all ar
 
 from __future__ import annotations
 
+from typing import Any
+
 import json
 import re
+from collections.abc import Iterable
 from itertools import accumulate
 
 from waste.domain.errors import InvalidRequest
@@ -31,7 +34,7 @@ def _bad(message: str) -> InvalidRequest:
     return InvalidRequest(message, None, code="invalid_json")
 
 
-def parse_json_body(raw: bytes) -> dict:
+def parse_json_body(raw: bytes) -> dict[str, Any]:
     """Parse a request body that must be one UTF-8 JSON object.
 
     Args:
@@ -128,7 +131,7 @@ def find_nesting_problem(value: object, *, check_surrogates: bool = False) -> st
         if type(node) is dict:
             if check_surrogates and any(not _encodable(key) for key in node):
                 return "holds a lone surrogate escape in a key"
-            children = node.values()
+            children: Iterable[object] = node.values()
         elif type(node) is list:
             children = node
         else:

@@ -1,29 +1,28 @@
-"""chat.json formats: loading and validating one, and choosing between XTML and it.
+"""Loading a chat.json: parse, validate, and resolve every marker against the vocabulary.
 
 A container whose tokenizer lacks the XTML markers is addressed through its chat.json
-(chatjson.md). Every marker is resolved against the real vocabulary at load, because an
-unknown one would be encoded as prose. The loaded ``ChatFormat`` (capabilities, request checks,
-rendering) lives in ``chatfmt_render``, its reply reader in ``chatfmt_reply``.
+(docs/CHATJSON.md). Every marker is resolved against the real vocabulary at load, because an
+unknown one would be encoded as prose. The loaded ``ChatJsonFormat`` lives in
+``chatjson.format``, its reply reader in ``chatjson.reply``.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import json
 import re
 
-import attrs
-
-from waste.domain import kimitools
-from waste.domain.chatfmt_render import ChatFormat
-from waste.domain.engine import Vocabulary
+from waste.domain.chatjson import k2tools
+from waste.domain.chatjson.format import ChatJsonFormat
+from waste.domain.ports import Vocabulary
 from waste.domain.errors import ChatFormatError
 
-XTML_MARKERS = ("<|open|>", "<|sep|>", "<|close|>", "<|end_of_msg|>")
 PAIR_KEYS = ("system", "user", "assistant", "think")
 STRING_KEYS = ("open", "prelude", "stop", "effort", "image")
 KNOWN_KEYS = frozenset(PAIR_KEYS + STRING_KEYS)
 
-# Marker-looking substrings (chatjson.md, "Validation at load"), each of which must resolve to
+# Marker-looking substrings (docs/CHATJSON.md, "Validation at load"), each of which must resolve to
 # exactly one special token:
 # - "<|" through the nearest following "|>", whatever lies between (spaces, "|", newlines), so
 #   "<|im end|>" and "<|a|b|>" are candidates, not prose. A "<|" that no "|>" closes before
@@ -46,10 +45,10 @@ def marker_strings(text: str) -> list[str]:
     return _MARKER.findall(text)
 
 
-def chat_json_markers(chat_json: dict) -> list[str]:
+def chat_json_markers(chat_json: dict[str, Any]) -> list[str]:
     """Every distinct marker of a chat.json object, in order of appearance (keys in file order).
 
-    The fake engine builds its specials from this (http.md §9.1).
+    The fake engine builds its specials from this (docs/HTTP.md §9.1).
     """
     seen: dict[str, None] = {}
     for value in chat_json.values():
@@ -59,7 +58,7 @@ def chat_json_markers(chat_json: dict) -> list[str]:
     return list(seen)
 
 
-def _single_special(vocab: Vocabulary, text: str) -> int | None:
+def single_special(vocab: Vocabulary, text: str) -> int | None:
     ids = vocab.tokenize_markup(text)
     return ids[0] if len(ids) == 1 and ids[0] >= vocab.n_base_vocab else None
 
@@ -68,9 +67,9 @@ def _specials(vocab: Vocabulary, text: str) -> tuple[int, ...]:
     return tuple(i for i in vocab.tokenize_markup(text) if i >= vocab.n_base_vocab)
 
 
-# -- loading (chatjson.md, "Validation at load") ----------------------------------------------
+# -- loading (docs/CHATJSON.md, "Validation at load") ----------------------------------------------
 
-def _parse_object(obj_or_text: dict | str) -> dict:
+def _parse_object(obj_or_text: dict[str, Any] | str) -> dict[str, Any]:
     if isinstance(obj_or_text, str):
         try:
             obj_or_text = json.loads(obj_or_text)
@@ -100,25 +99,26 @@ def _parse_object(obj_or_text: dict | str) -> dict:
     return obj_or_text
 
 
-def _check_markers(obj: dict, vocab: Vocabulary) -> None:
+def _check_markers(obj: dict[str, Any], vocab: Vocabulary) -> None:
     for key, value in obj.items():
         for text in value if isinstance(value, list) else [value]:
             for marker in marker_strings(text):
-                if _single_special(vocab, marker) is None:
+                if single_special(vocab, marker) is None:
                     raise ChatFormatError(
                         f"chat.json {key!r}: the marker {marker!r} (in {text!r}) is not a single "
                         "special token of this tokenizer; it would be read as prose.")
 
 
-def _resolve_k2_tools(vocab: Vocabulary) -> kimitools.ToolMarkerIds | None:
-    if any(_single_special(vocab, m) is None for m in kimitools.TURN_MARKERS):
+def _resolve_k2_tools(vocab: Vocabulary) -> k2tools.ToolMarkerIds | None:
+    if any(single_special(vocab, m) is None for m in k2tools.TURN_MARKERS):
         return None
-    ids = [_single_special(vocab, m) for m in kimitools.TOOL_MARKERS]
-    return None if None in ids else kimitools.ToolMarkerIds(*ids)
+    found = [single_special(vocab, m) for m in k2tools.TOOL_MARKERS]
+    ids = [i for i in found if i is not None]
+    return k2tools.ToolMarkerIds(*ids) if len(ids) == len(found) else None
 
 
-def load_chat_format(obj_or_text: dict | str, vocab: Vocabulary, *,
-                     image_placeholder_id: int | None = None) -> ChatFormat:
+def load_chat_format(obj_or_text: dict[str, Any] | str, vocab: Vocabulary, *,
+                     image_placeholder_id: int | None = None) -> ChatJsonFormat:
     """Parse and validate a chat.json against the vocabulary it will be tokenized with.
 
     Args:
@@ -141,12 +141,13 @@ def load_chat_format(obj_or_text: dict | str, vocab: Vocabulary, *,
         raise ChatFormatError(
             f"chat.json {end_key!r}: {end_text!r} holds no control token, so a generated turn "
             "could never end; give the assistant suffix a control token, or a 'stop'.")
-    think_ids = None
+    think_ids: tuple[int, int] | None = None
     if "think" in obj:
-        think_ids = tuple(_single_special(vocab, marker) for marker in obj["think"])
-        if None in think_ids or think_ids[0] == think_ids[1]:
+        opener, closer = (single_special(vocab, marker) for marker in obj["think"])
+        if opener is None or closer is None or opener == closer:
             raise ChatFormatError(f"chat.json 'think': {obj['think']!r} must be two distinct "
                                   "markers, each a single special token.")
+        think_ids = (opener, closer)
     effort = obj.get("effort")
     if effort is not None and effort.count("{}") != 1:
         raise ChatFormatError(f"chat.json 'effort': {effort!r} must hold exactly one '{{}}'.")
@@ -160,54 +161,9 @@ def load_chat_format(obj_or_text: dict | str, vocab: Vocabulary, *,
             raise ChatFormatError(f"chat.json 'image': {image!r} must hold exactly one image "
                                   f"placeholder token (id {image_placeholder_id}); it holds "
                                   f"{count}.")
-    return ChatFormat(
+    return ChatJsonFormat(
         system=tuple(obj["system"]), user=tuple(obj["user"]), assistant=tuple(obj["assistant"]),
         open=obj["open"], prelude=obj.get("prelude", ""), stop=stop,
         think=tuple(obj["think"]) if "think" in obj else None, effort_template=effort,
         image_block=image, stop_ids=stop_ids, think_ids=think_ids,
         tool_marker_ids=_resolve_k2_tools(vocab), n_base_vocab=vocab.n_base_vocab)
-
-
-# -- choosing a format at startup -------------------------------------------------------------
-
-@attrs.frozen(kw_only=True)
-class ChatFormatSelection:
-    """Which chat format a container is served with. ``kind`` is None when neither works;
-    ``error`` then names both reasons."""
-
-    kind: str | None
-    xtml_marker_ids: tuple[int, int, int, int] | None = None
-    chat_format: ChatFormat | None = None
-    error: str | None = None
-
-
-def select_chat_format(vocab: Vocabulary, chat_json_text: str | None, *,
-                       image_placeholder_id: int | None = None) -> ChatFormatSelection:
-    """XTML when all four of its markers are single special tokens, else the chat.json.
-
-    An unusable container is not an exception: it still serves the routes that need no chat
-    format, so the reasons come back in ``error``. Only ``vocab.tokenize_markup`` may raise.
-
-    Args:
-        vocab: the container's tokenizer.
-        chat_json_text: the container's chat.json text, or None when it has none.
-        image_placeholder_id: see ``load_chat_format``.
-    """
-    xtml_ids = [_single_special(vocab, marker) for marker in XTML_MARKERS]
-    if None not in xtml_ids:
-        return ChatFormatSelection(kind="xtml", xtml_marker_ids=tuple(xtml_ids))
-    missing = ", ".join(m for m, i in zip(XTML_MARKERS, xtml_ids) if i is None)
-    if chat_json_text is None:
-        why_not_chat_json = "the container has no chat.json"
-    else:
-        try:
-            chat_format = load_chat_format(chat_json_text, vocab,
-                                           image_placeholder_id=image_placeholder_id)
-        except ChatFormatError as err:
-            why_not_chat_json = err.message.rstrip(".")
-        else:
-            return ChatFormatSelection(kind="chat.json", chat_format=chat_format)
-    return ChatFormatSelection(
-        kind=None,
-        error=f"No usable chat format: the tokenizer lacks the XTML marker(s) {missing} as "
-              f"single tokens, and {why_not_chat_json}.")

@@ -7,14 +7,13 @@ output pieces and a stop decision out.
 
 from __future__ import annotations
 
-import codecs
-from typing import Protocol
+from typing import Any
 
 import attrs
 
-from waste.domain.engine import TokenEvent
-from waste.domain.replies import Delta, ToolCall, assistant_message
-from waste.domain.stopstrings import ContentPiece, StopStringFilter
+from waste.domain.ports import TokenEvent
+from waste.domain.reply.events import Delta, ReplyReader, ToolCall, assistant_message
+from waste.domain.reply.stop_strings import ContentPiece, StopStringFilter
 
 
 @attrs.frozen(kw_only=True)
@@ -31,50 +30,11 @@ class Output:
     index: int = 0
 
 
-class Reader(Protocol):
-    """What the assembler needs of a reply reader (``RegionParser``, the chat.json reader, or
-    ``TextReader``)."""
-
-    def feed_token(self, token_id: int, piece: bytes | str) -> list[Delta]: ...
-    def finish(self) -> list[Delta]: ...
-    @property
-    def done(self) -> bool: ...
-
-
-@attrs.define(kw_only=True)
-class TextReader:
-    """The raw-continuation reader for /v1/completions: every piece is content.
-
-    Stop ids never reach the text; other special tokens are written as their text.
-    """
-
-    stop_ids: frozenset[int] = frozenset()
-    _decoder: codecs.IncrementalDecoder = attrs.field(
-        factory=lambda: codecs.getincrementaldecoder("utf-8")(errors="replace"))
-    done: bool = False
-    reasoning: str = ""
-    tool_calls: tuple = ()
-    reasoning_tokens: int = 0
-
-    def feed_token(self, token_id: int, piece: bytes | str) -> list[Delta]:
-        if self.done:
-            return []
-        if token_id in self.stop_ids:
-            self.done = True
-            return self.finish()
-        text = piece if isinstance(piece, str) else self._decoder.decode(piece)
-        return [Delta(kind="content", text=text)] if text else []
-
-    def finish(self) -> list[Delta]:
-        text = self._decoder.decode(b"", final=True)
-        return [Delta(kind="content", text=text)] if text else []
-
-
 @attrs.define(kw_only=True)
 class ReplyAssembler:
     """Feeds token events to a reader and a stop-string filter; decides when to stop."""
 
-    reader: Reader
+    reader: ReplyReader
     stop_filter: StopStringFilter
     completion_tokens: int = 0
     content: list[str] = attrs.field(factory=list)
@@ -84,7 +44,7 @@ class ReplyAssembler:
     finished: bool = False
 
     @classmethod
-    def create(cls, reader: Reader, stops: tuple[str, ...] = ()) -> "ReplyAssembler":
+    def create(cls, reader: ReplyReader, stops: tuple[str, ...] = ()) -> "ReplyAssembler":
         return cls(reader=reader, stop_filter=StopStringFilter(tuple(stops)))
 
     @property
@@ -111,7 +71,7 @@ class ReplyAssembler:
         return out
 
     def finish_reason(self, engine_stop_reason: str) -> str:
-        """http.md §3.2: tool_calls, else stop, else length."""
+        """docs/HTTP.md §3.2: tool_calls, else stop, else length."""
         if self.calls:
             return "tool_calls"
         if self.stop_filter.matched is not None or self.reader.done or engine_stop_reason == "token":
@@ -120,8 +80,8 @@ class ReplyAssembler:
             return "length"
         return "stop"
 
-    def message(self) -> dict:
-        """The final OpenAI assistant message (http.md §3.1), content cut at a stop string."""
+    def message(self) -> dict[str, Any]:
+        """The final OpenAI assistant message (docs/HTTP.md §3.1), content cut at a stop string."""
         return assistant_message("".join(self.content), "".join(self.reasoning), self.calls)
 
     @property
@@ -130,7 +90,7 @@ class ReplyAssembler:
 
     @property
     def reasoning_tokens(self) -> int:
-        return int(getattr(self.reader, "reasoning_tokens", 0))
+        return self.reader.reasoning_tokens
 
     def _route(self, deltas: list[Delta], logprob: float | None) -> list[Output]:
         out: list[Output] = []
