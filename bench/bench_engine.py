@@ -4,7 +4,9 @@
 builds a synthetic Kimi-Linear-like container, measures W, M and F on this machine, decodes
 at each cache size and prints JSON lines (then a table, every line prefixed with "# ").
 ``--peer`` builds the container from a synthetic Hugging Face checkpoint instead and runs
-llama.cpp on the same weights under the same memory cap (peer_bench.py).
+llama.cpp on the same weights under the same memory cap (peer_bench.py). ``--k3`` runs a
+Kimi K3-geometry container instead: ``waste.tools.synth --arch k3`` (the release layout, MXFP4
+experts packed by compressed-tensors, every K3 delta on) converted with ``--experts source``.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from waste.adapters.native.context import library_build_info, plan_memory  # noq
 from waste.adapters.native.engine import NativeEngine  # noqa: E402
 from waste.adapters.native.options import NativeOptions  # noqa: E402
 from waste.tools.make_container import Geometry, build_container  # noqa: E402
+from waste.tools.synth_k3 import K3Options  # noqa: E402
 
 # Kimi-Linear-48B: 27 layers, MLA at 0-based 3, 7, 11, 15, 19, 23, 26; layer 0 dense.
 KIMI_LAYOUT = "".join("M" if i in (3, 7, 11, 15, 19, 23, 26) else "K" for i in range(27))
@@ -51,6 +54,22 @@ GEOMETRIES = {
         experts=32, top_k=8, shared=1, dense=1, kda_heads=4, kda_head_dim=128, conv_kernel=4,
         mla_heads=4, kv_lora_rank=256, qk_nope=64, qk_rope=32, v_head=64,
         dtype="int8", group=32),
+}
+# Kimi K3 scaled to this machine (docs/ENGINE.md §4.2: 93 layers, hidden 7168, latent 3584,
+# moe_inter 3072, 896 experts, top-16, 2 shared, q-LoRA 1536, blocks of 12): 16 layers with MLA
+# every 4th (K3's 3:1), hidden 1024, latent 512, moe_inter 512, 32 experts per layer with
+# top-8, 2 shared, q-LoRA 512, kv_lora 512, attention-residual blocks of 12, first layer MoE;
+# MXFP4 experts (record 0.42 MiB), bf16 trunk. (compressed-tensors packs ~1 M weights/s here,
+# which bounds the expert count.) --quick: 8 layers, hidden 512, blocks of 4.
+K3_GEOMETRIES = {
+    "k3-h1024": (Geometry(layers=16, hidden=1024, intermediate=4096, moe_intermediate=512, experts=32, top_k=8,
+                          shared=2, dense=0, kda_heads=8, kda_head_dim=128, conv_kernel=4, mla_heads=8,
+                          kv_lora_rank=512, qk_nope=128, qk_rope=64, v_head=128),
+                 K3Options(q_lora_rank=512, latent=512, attn_res_block=12)),
+    "k3-quick-h512": (Geometry(layers=8, hidden=512, intermediate=1024, moe_intermediate=256, experts=32, top_k=8,
+                               shared=2, dense=0, kda_heads=4, kda_head_dim=128, conv_kernel=4, mla_heads=4,
+                               kv_lora_rank=256, qk_nope=64, qk_rope=32, v_head=64),
+                      K3Options(q_lora_rank=256, latent=256, attn_res_block=4)),
 }
 PEER_ROW = {"row": "peer", "engine": "llama.cpp",
             "status": "not measured (run with --peer: it builds llama-cpp-python, ~15 min once)"}
@@ -106,6 +125,27 @@ def container_for(name: str, geometry: Geometry, workdir: Path, keep: bool) -> t
         raise SystemExit(f"bench: {workdir} has {free >> 20} MiB free, the container needs ~{int(need) >> 20} MiB")
     started = time.perf_counter()
     build_container(path, geometry=geometry, chat_json="none", overwrite=True)
+    if keep:
+        stamp.write_text(wanted)
+    return path, time.perf_counter() - started
+
+
+def k3_container_for(name: str, workdir: Path, keep: bool) -> tuple[Path, float]:
+    """The K3 benchmark container: synth --arch k3 (seed 0), then convert --experts source
+    (MXFP4 experts kept, bf16 trunk kept); reused when kept with the same geometry."""
+    from waste.tools.convert import convert
+    from waste.tools.synth_k3 import synthesize_k3
+
+    geometry, options = K3_GEOMETRIES[name]
+    path, hf = workdir / f"{name}.waste", workdir / f"{name}-hf"
+    stamp = workdir / f"{name}.geometry.json"
+    wanted = json.dumps({**attrs.asdict(geometry), **attrs.asdict(options)}, sort_keys=True)
+    if keep and path.is_dir() and stamp.is_file() and stamp.read_text() == wanted:
+        return path, 0.0
+    started = time.perf_counter()
+    synthesize_k3(hf, geometry=geometry, options=options, seed=0, overwrite=True)
+    convert(hf, path, overwrite=True, note=None)
+    shutil.rmtree(hf, ignore_errors=True)
     if keep:
         stamp.write_text(wanted)
     return path, time.perf_counter() - started
@@ -226,6 +266,8 @@ class Bench:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small geometry, short probes (< 2 min)")
+    ap.add_argument("--k3", action="store_true",
+                    help="a Kimi K3-geometry container (synth --arch k3: MXFP4 experts, every K3 delta)")
     ap.add_argument("--out", type=Path, help="keep the container and write results.jsonl here")
     ap.add_argument("--budget-fraction", type=float, nargs="+", default=[0.1, 0.3],
                     help="cache sizes as fractions of all expert records (default 0.1 0.3)")
@@ -258,6 +300,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             or (args.peer_read_ahead_kb is not None and args.peer_read_ahead_kb < 4)):
         ap.error("--tokens, --segment and --repeat must be ≥ 1, --warmup and --peer-allowance-mib ≥ 0, "
                  "--peer-read-ahead-kb ≥ 4 and every --budget-fraction and --peer-fraction in (0, 1)")
+    if args.k3 and args.peer:
+        ap.error("--peer runs Kimi-Linear weights only (llama.cpp's K3 path is not compared here): give --k3 or --peer")
     if args.repeat is None:
         args.repeat = 1 if args.quick else 2
     return args
@@ -265,8 +309,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    name = "quick-h512" if args.quick else "kimi-linear-h1024"
-    geometry = GEOMETRIES[name]
+    if args.k3:
+        name = "k3-quick-h512" if args.quick else "k3-h1024"
+        geometry, k3_options = K3_GEOMETRIES[name]
+    else:
+        name = "quick-h512" if args.quick else "kimi-linear-h1024"
+        geometry, k3_options = GEOMETRIES[name], None
     threads = len(os.sched_getaffinity(0))
     rows: list[dict] = []
     emit_row = lambda row: emit(row, rows)  # noqa: E731
@@ -280,6 +328,8 @@ def main(argv: list[str] | None = None) -> int:
             started = time.perf_counter()
             models = prepare(name, geometry, workdir, peer, peer_why, threads)
             container, build_s = models.container, time.perf_counter() - started
+        elif args.k3:
+            container, build_s = k3_container_for(name, workdir, keep=args.out is not None)
         else:
             container, build_s = container_for(name, geometry, workdir, keep=args.out is not None)
         files = sorted(p for p in container.iterdir() if p.is_file())
@@ -302,6 +352,9 @@ def main(argv: list[str] | None = None) -> int:
             info = eng.model_info()
         B_r = plan.working_set_bytes  # L_m · k · s_e
         emit_row({"row": "container", "geometry": name, **attrs.asdict(geometry),
+                  **({"k3": attrs.asdict(k3_options), "arch": manifest["arch"],
+                      "expert_format": banks[0]["format"], "trunk_format": manifest["quant"]["trunk"]}
+                     if k3_options else {}),
                   "vocab": info.vocab, "moe_layers": len(banks), "record_bytes": plan.record_bytes,
                   "records": plan.expert_bytes // plan.record_bytes,
                   "expert_bytes": plan.expert_bytes, "trunk_bytes": plan.trunk_bytes,
@@ -309,6 +362,7 @@ def main(argv: list[str] | None = None) -> int:
                   "params_active": info.params_active, "params_total": info.params_total,
                   "build_s": round(build_s, 1), "kept": args.out is not None,
                   "source": "waste.tools.synth + waste.tools.convert" if args.peer
+                  else "waste.tools.synth --arch k3 + waste.tools.convert" if args.k3
                   else "waste.tools.make_container"})
         bench = Bench(container, banks, plan.record_bytes, threads,
                       disk_s=1.5 if args.quick else 4.0, probe_s=0.3 if args.quick else 0.5,

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from tests.contract.serving import running
-from waste.app import Settings, engine_loader
+from waste.app import Settings, engine_opener
 from waste.tools.make_container import Geometry, build_container
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
@@ -33,7 +33,7 @@ def k3_container(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def client(native, k3_container):
     settings = Settings(model=str(k3_container), ctx=1024, usage="", max_tokens=12)
-    with running(engine_loader(settings), settings) as (base, _):
+    with running(engine_opener(settings), settings) as (base, _):
         with httpx.Client(base_url=base, timeout=120) as c:
             yield c
 

@@ -147,7 +147,7 @@ def test_reading_ahead_is_reported_in_waste_and_metrics(native, native_container
     floor = plan_memory(native_container, NativeOptions(ctx_tokens=512, usage_path="")).floor_bytes
     settings = Settings(model=str(native_container), ctx=512, usage="", max_tokens=16,
                         budget=floor, io_threads=2, lookahead=True)
-    with running(engine_loader(settings), settings) as (base, app):
+    with running(engine_opener(settings), settings) as (base, app):
         r = httpx.post(base + "/v1/chat/completions", json=chat("read ahead", temperature=0), timeout=60)
         assert r.status_code == 200, r.text
         since = r.json()["waste"]["since_start"]

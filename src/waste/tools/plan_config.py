@@ -20,9 +20,13 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from waste.tools.container import RECORD_HEADER_BYTES, ContainerError, row_bytes
 from waste.tools.hf_config import ConvertError, normalise_config, read_json
+
+if TYPE_CHECKING:
+    from waste.adapters.native.context import MemoryPlan
 
 FORMAT_VERSION = 1
 TRUNK_ALIGN = 64
@@ -178,7 +182,7 @@ def cold_token_lines(plan, manifest: dict | None, read_gbps: float) -> list[tupl
     return lines
 
 
-def plan_anyway(path: Path, options) -> tuple[object, str | None]:
+def plan_anyway(path: Path, options) -> tuple["MemoryPlan", str | None]:
     """(the plan, None), or (the plan as far as sizing got, the engine's refusal) when the
     budget is refused (E_BUDGET: e.g. a floor above this machine's RAM): a config-only plan
     is mostly asked about a bigger machine, so its numbers are still worth printing."""
@@ -186,7 +190,7 @@ def plan_anyway(path: Path, options) -> tuple[object, str | None]:
 
     from waste.adapters.native import NativeOptions
     from waste.adapters.native.context import _ERR_CAP, MemoryPlan, ffi, lib, new_cfg
-    from waste.domain.engine import EngineError
+    from waste.domain.ports import EngineError
 
     keep: list = []
     cfg = new_cfg(NativeOptions.coerce(options), keep)
@@ -213,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--read-gbps", type=float, default=7.0, help="SSD read GB/s for the tok/s bound (default 7)")
     args = ap.parse_args(argv)
     from waste.adapters.native import NativeOptions  # libwaste's own sizing
-    from waste.domain.engine import EngineError
+    from waste.domain.ports import EngineError
 
     if not is_config_only(args.config):
         ap.error(f"{args.config}: not a config.json (for a container, use python -m waste MODEL --plan)")
