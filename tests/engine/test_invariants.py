@@ -262,7 +262,7 @@ def test_floor_budget_cache_is_exact(containers, policy):
 @pytest.mark.parametrize("budget", ["floor", "floor+3", "all"])
 @pytest.mark.parametrize("policy", [0, 2])   # lfru, layer
 def test_reader_threads_and_lookahead_are_exact(containers, io_threads, lookahead, budget, policy):
-    """engine.md §7: read-ahead and lookahead on vs off, 1 vs n I/O threads: identical logits,
+    """docs/ENGINE.md §7: read-ahead and lookahead on vs off, 1 vs n I/O threads: identical logits,
     per token (decode, where lookahead guesses) and for a chunked prefill (the window slides
     over more experts than it may pin at once)."""
     path = containers["int8"]
