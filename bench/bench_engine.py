@@ -4,7 +4,9 @@
 builds a synthetic Kimi-Linear-like container, measures W, M and F on this machine, decodes
 at each cache size and prints JSON lines (then a table, every line prefixed with "# ").
 ``--peer`` builds the container from a synthetic Hugging Face checkpoint instead and runs
-llama.cpp on the same weights under the same memory cap (peer_bench.py).
+llama.cpp on the same weights under the same memory cap (peer_bench.py). ``--k3`` runs a
+Kimi K3-geometry container instead: ``waste.tools.synth --arch k3`` (the release layout, MXFP4
+experts packed by compressed-tensors, every K3 delta on) converted with ``--experts source``.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from waste.adapters.native.context import library_build_info, plan_memory  # noq
 from waste.adapters.native.engine import NativeEngine  # noqa: E402
 from waste.adapters.native.options import NativeOptions  # noqa: E402
 from waste.tools.make_container import Geometry, build_container  # noqa: E402
+from waste.tools.synth_k3 import K3Options  # noqa: E402
 
 # Kimi-Linear-48B: 27 layers, MLA at 0-based 3, 7, 11, 15, 19, 23, 26; layer 0 dense.
 KIMI_LAYOUT = "".join("M" if i in (3, 7, 11, 15, 19, 23, 26) else "K" for i in range(27))
@@ -51,6 +54,22 @@ GEOMETRIES = {
         experts=32, top_k=8, shared=1, dense=1, kda_heads=4, kda_head_dim=128, conv_kernel=4,
         mla_heads=4, kv_lora_rank=256, qk_nope=64, qk_rope=32, v_head=64,
         dtype="int8", group=32),
+}
+# Kimi K3 scaled to this machine (docs/ENGINE.md §4.2: 93 layers, hidden 7168, latent 3584,
+# moe_inter 3072, 896 experts, top-16, 2 shared, q-LoRA 1536, blocks of 12): 16 layers with MLA
+# every 4th (K3's 3:1), hidden 1024, latent 512, moe_inter 512, 32 experts per layer with
+# top-8, 2 shared, q-LoRA 512, kv_lora 512, attention-residual blocks of 12, first layer MoE;
+# MXFP4 experts (record 0.42 MiB), bf16 trunk. (compressed-tensors packs ~1 M weights/s here,
+# which bounds the expert count.) --quick: 8 layers, hidden 512, blocks of 4.
+K3_GEOMETRIES = {
+    "k3-h1024": (Geometry(layers=16, hidden=1024, intermediate=4096, moe_intermediate=512, experts=32, top_k=8,
+                          shared=2, dense=0, kda_heads=8, kda_head_dim=128, conv_kernel=4, mla_heads=8,
+                          kv_lora_rank=512, qk_nope=128, qk_rope=64, v_head=128),
+                 K3Options(q_lora_rank=512, latent=512, attn_res_block=12)),
+    "k3-quick-h512": (Geometry(layers=8, hidden=512, intermediate=1024, moe_intermediate=256, experts=32, top_k=8,
+                               shared=2, dense=0, kda_heads=4, kda_head_dim=128, conv_kernel=4, mla_heads=4,
+                               kv_lora_rank=256, qk_nope=64, qk_rope=32, v_head=64),
+                      K3Options(q_lora_rank=256, latent=256, attn_res_block=4)),
 }
 PEER_ROW = {"row": "peer", "engine": "llama.cpp",
             "status": "not measured (run with --peer: it builds llama-cpp-python, ~15 min once)"}
@@ -111,6 +130,27 @@ def container_for(name: str, geometry: Geometry, workdir: Path, keep: bool) -> t
     return path, time.perf_counter() - started
 
 
+def k3_container_for(name: str, workdir: Path, keep: bool) -> tuple[Path, float]:
+    """The K3 benchmark container: synth --arch k3 (seed 0), then convert --experts source
+    (MXFP4 experts kept, bf16 trunk kept); reused when kept with the same geometry."""
+    from waste.tools.convert import convert
+    from waste.tools.synth_k3 import synthesize_k3
+
+    geometry, options = K3_GEOMETRIES[name]
+    path, hf = workdir / f"{name}.waste", workdir / f"{name}-hf"
+    stamp = workdir / f"{name}.geometry.json"
+    wanted = json.dumps({**attrs.asdict(geometry), **attrs.asdict(options)}, sort_keys=True)
+    if keep and path.is_dir() and stamp.is_file() and stamp.read_text() == wanted:
+        return path, 0.0
+    started = time.perf_counter()
+    synthesize_k3(hf, geometry=geometry, options=options, seed=0, overwrite=True)
+    convert(hf, path, overwrite=True, note=None)
+    shutil.rmtree(hf, ignore_errors=True)
+    if keep:
+        stamp.write_text(wanted)
+    return path, time.perf_counter() - started
+
+
 def table(rows: list[dict]) -> list[str]:
     """The human summary: start-up probes, then one line per decode run."""
     by = lambda kind: [r for r in rows if r["row"] == kind]  # noqa: E731
@@ -118,7 +158,7 @@ def table(rows: list[dict]) -> list[str]:
     for w in by("W"):
         out.append(f"  W depth {w['depth']} ({w['mode']}): {w['bytes_per_s'] / 1e9:.2f} GB/s, "
                    f"{w['ms_per_read']:.2f} ms per {w['record_bytes'] / 2**20:.2f} MiB record"
-                   + ("" if w["depth"] == 1 else "  (info: the engine reads at depth 1)"))
+                   )
     for m in by("M"):
         out.append(f"  M {m['threads']} thread(s): {m['bytes_per_s'] / 1e9:.1f} GB/s")
     for f in by("F"):
@@ -130,7 +170,8 @@ def table(rows: list[dict]) -> list[str]:
     out.append("")
     out.append(f"{'cache':>5} {'slots':>5} {'/WS':>4} {'tok/s':>6} {'h':>5} {'MB/tok':>6} "
                f"{'W GB/s':>6} {'F GF/s':>6} | {'disk':>6} {'ram':>5} {'comp':>5} {'bound':>5} "
-               f"{'ratio':>5} | {'serial':>6} {'ratio':>5} | {'io%':>4} {'others':>6}")
+               f"{'ratio':>5} | {'serial':>6} {'ratio':>5} | {'io%':>4} {'busy%':>5} {'QD':>3} {'la acc':>6} "
+               f"{'others':>6}")
     for d in by("decode"):
         disk = "inf" if d["bound_disk_tok_s"] is None else f"{d['bound_disk_tok_s']:.2f}"
         out.append(
@@ -139,7 +180,9 @@ def table(rows: list[dict]) -> list[str]:
             f"{d['W_mean'] / 1e9:>6.2f} {d['F_mean'] / 1e9:>6.1f} | {disk:>6} {d['bound_ram_tok_s']:>5.1f} "
             f"{d['bound_compute_tok_s']:>5.1f} {d['bound_tok_s']:>5.2f} {100 * d['ratio']:>4.0f}% | "
             f"{d['serial_bound_tok_s']:>6.2f} {100 * d['ratio_serial']:>4.0f}% | "
-            f"{100 * d['io_share']:>3.0f}% {100 * d['other_cpu_share']:>5.0f}%")
+            f"{100 * d['io_share']:>3.0f}% {100 * d['disk_busy_share']:>4.0f}% {d['queue_depth_max']:>3} "
+            f"{'-' if d['lookahead_accuracy'] is None else format(d['lookahead_accuracy'], '.2f'):>6} "
+            f"{100 * d['other_cpu_share']:>5.0f}%")
     out.extend(table_line(p) for p in by("peer"))
     return out
 
@@ -158,6 +201,7 @@ class Bench:
     reader: BankReader
     probe: Path | None = None
     probe_note: str = ""
+    depth: int = 1  # the engine's read queue depth (io_threads, at least 1): W is probed there
 
     def kernel_args(self, experts: int, threads: int, repeats: int = 3) -> dict:
         moe_inter, hidden = self.banks[0]["shapes"][0]  # gate [I, H], up [I, H], down [H, I]
@@ -172,7 +216,7 @@ class Bench:
 
     def machine(self, workdir: Path, emit_row) -> tuple[float, float | None]:
         """The W, M and F rows at start-up; returns (M, F or None without a probe)."""
-        for depth in (1, 2):
+        for depth in sorted({1, 2, self.depth}):
             emit_row(self.reader.measure(depth=depth, seconds=self.disk_s))
         m = 0.0
         for t in sorted({1, self.threads}):
@@ -193,7 +237,7 @@ class Bench:
 
     def probe_now(self, F_fallback: float | None) -> dict:
         """W and F measured now (between decode segments, outside their timing)."""
-        w = self.reader.measure(depth=1, seconds=self.segment_probe_s)
+        w = self.reader.measure(depth=self.depth, seconds=self.segment_probe_s)
         f = F_fallback
         if self.probe is not None:
             f = measure_kernel(self.probe, **self.kernel_args(self.llc_experts, self.threads, 1),
@@ -222,6 +266,8 @@ class Bench:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small geometry, short probes (< 2 min)")
+    ap.add_argument("--k3", action="store_true",
+                    help="a Kimi K3-geometry container (synth --arch k3: MXFP4 experts, every K3 delta)")
     ap.add_argument("--out", type=Path, help="keep the container and write results.jsonl here")
     ap.add_argument("--budget-fraction", type=float, nargs="+", default=[0.1, 0.3],
                     help="cache sizes as fractions of all expert records (default 0.1 0.3)")
@@ -229,6 +275,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--warmup", type=int, default=8, help="warm-up decode tokens (default 8)")
     ap.add_argument("--policy", choices=("layer", "lfru", "lru"), default="layer")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--io-threads", type=int, default=4,
+                    help="libwaste reader threads (default 4; 0 = reads on the computing thread); "
+                         "W is probed at this queue depth")
+    ap.add_argument("--lookahead", action=argparse.BooleanOptionalAction, default=True,
+                    help="decode router lookahead (default on; needs --io-threads >= 1)")
     ap.add_argument("--segment", type=int, default=8,
                     help="measured tokens between two W/F probes (default 8)")
     ap.add_argument("--repeat", type=int, default=None,
@@ -249,6 +300,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             or (args.peer_read_ahead_kb is not None and args.peer_read_ahead_kb < 4)):
         ap.error("--tokens, --segment and --repeat must be ≥ 1, --warmup and --peer-allowance-mib ≥ 0, "
                  "--peer-read-ahead-kb ≥ 4 and every --budget-fraction and --peer-fraction in (0, 1)")
+    if args.k3 and args.peer:
+        ap.error("--peer runs Kimi-Linear weights only (llama.cpp's K3 path is not compared here): give --k3 or --peer")
     if args.repeat is None:
         args.repeat = 1 if args.quick else 2
     return args
@@ -256,8 +309,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    name = "quick-h512" if args.quick else "kimi-linear-h1024"
-    geometry = GEOMETRIES[name]
+    if args.k3:
+        name = "k3-quick-h512" if args.quick else "k3-h1024"
+        geometry, k3_options = K3_GEOMETRIES[name]
+    else:
+        name = "quick-h512" if args.quick else "kimi-linear-h1024"
+        geometry, k3_options = GEOMETRIES[name], None
     threads = len(os.sched_getaffinity(0))
     rows: list[dict] = []
     emit_row = lambda row: emit(row, rows)  # noqa: E731
@@ -271,6 +328,8 @@ def main(argv: list[str] | None = None) -> int:
             started = time.perf_counter()
             models = prepare(name, geometry, workdir, peer, peer_why, threads)
             container, build_s = models.container, time.perf_counter() - started
+        elif args.k3:
+            container, build_s = k3_container_for(name, workdir, keep=args.out is not None)
         else:
             container, build_s = container_for(name, geometry, workdir, keep=args.out is not None)
         files = sorted(p for p in container.iterdir() if p.is_file())
@@ -281,15 +340,21 @@ def main(argv: list[str] | None = None) -> int:
                   "llc_bytes": llc_bytes(), "libwaste": library_build_info(),
                   "mode": "quick" if args.quick else "default",
                   "page_cache_drop": drop_page_cache(files), "policy": args.policy,
+                  "io_threads": args.io_threads, "lookahead": bool(args.lookahead and args.io_threads),
                   "loadavg": os.getloadavg(), **source_state()})
         base = NativeOptions(ctx_tokens=PROMPT_TOKENS + args.warmup + args.tokens + 8,
-                             usage_path="", n_threads=threads, cache_policy=args.policy)
+                             usage_path="", n_threads=threads, cache_policy=args.policy,
+                             io_threads=args.io_threads,
+                             lookahead=int(args.lookahead and args.io_threads > 0))
         plan = plan_memory(container, base)
         # params_active needs the weights: a full open at the floor budget (2·k slots).
         with NativeEngine.open(container, attrs.evolve(base, ram_budget_bytes=plan.floor_bytes)) as eng:
             info = eng.model_info()
         B_r = plan.working_set_bytes  # L_m · k · s_e
         emit_row({"row": "container", "geometry": name, **attrs.asdict(geometry),
+                  **({"k3": attrs.asdict(k3_options), "arch": manifest["arch"],
+                      "expert_format": banks[0]["format"], "trunk_format": manifest["quant"]["trunk"]}
+                     if k3_options else {}),
                   "vocab": info.vocab, "moe_layers": len(banks), "record_bytes": plan.record_bytes,
                   "records": plan.expert_bytes // plan.record_bytes,
                   "expert_bytes": plan.expert_bytes, "trunk_bytes": plan.trunk_bytes,
@@ -297,11 +362,12 @@ def main(argv: list[str] | None = None) -> int:
                   "params_active": info.params_active, "params_total": info.params_total,
                   "build_s": round(build_s, 1), "kept": args.out is not None,
                   "source": "waste.tools.synth + waste.tools.convert" if args.peer
+                  else "waste.tools.synth --arch k3 + waste.tools.convert" if args.k3
                   else "waste.tools.make_container"})
         bench = Bench(container, banks, plan.record_bytes, threads,
                       disk_s=1.5 if args.quick else 4.0, probe_s=0.3 if args.quick else 0.5,
                       segment_probe_s=0.3 if args.quick else 0.5,
-                      reader=BankReader(container, banks))
+                      reader=BankReader(container, banks), depth=max(1, args.io_threads))
         M, F0 = bench.machine(workdir, emit_row)
         position = PROMPT_TOKENS + args.warmup + args.tokens / 2
         C = 2 * info.params_active + attention_flops(cfg, position)

@@ -1,6 +1,6 @@
 /* matvec_rate.c — the F term of docs/ENGINE.md §8: sustained FLOP/s of libwaste's own expert
  * matvec kernels (wk_select + wk_dot_row from native/src, compiled in, not copied) on
- * resident int8/bf16/f32 experts, at 1..n threads splitting rows as the engine's pool does.
+ * resident f32/bf16/int8/int4/mxfp4 experts, at 1..n threads splitting rows as the engine's pool does.
  *
  * Usage: matvec_rate FMT GROUP HIDDEN MOE_INTER N_EXPERTS THREADS SECONDS
  * Prints one JSON object. Each thread owns a fixed row range of every matrix (no barrier
@@ -32,12 +32,22 @@ static double now_s(void) {
 
 static pthread_barrier_t start_line;
 
-/* Normal (never subnormal) weights: int8 q in [-127,127] with an fp16 scale of 2^-7,
- * bf16/f32 values in [0.5, 1.5). */
+/* Normal (never subnormal) weights: int8 q in [-127,127] and int4 nibbles with an fp16
+ * scale of 2^-7, mxfp4 nibbles with an E8M0 scale of 2^-7, bf16/f32 values in [0.5, 1.5). */
 static void fill(uint8_t *data, int32_t fmt, uint32_t group, uint32_t rows, uint32_t cols, uint64_t rb) {
     for (uint32_t r = 0; r < rows; r++) {
         uint8_t *row = data + (uint64_t)r * rb;
-        if (fmt == WF_INT8) {
+        if (fmt == WF_INT4) {
+            for (uint32_t g = 0; g < cols / group; g++, row += 2 + group / 2) {
+                row[0] = 0x00; row[1] = 0x20;
+                for (uint32_t j = 0; j < group / 2; j++) row[2 + j] = (uint8_t)rand();
+            }
+        } else if (fmt == WF_MXFP4) {
+            for (uint32_t g = 0; g < cols / 32; g++, row += 17) {
+                row[0] = 120;
+                for (uint32_t j = 0; j < 16; j++) row[1 + j] = (uint8_t)rand();
+            }
+        } else if (fmt == WF_INT8) {
             for (uint32_t g = 0; g < cols / group; g++, row += 2 + group) {
                 row[0] = 0x00; row[1] = 0x20;
                 for (uint32_t j = 0; j < group; j++) row[2 + j] = (uint8_t)(int8_t)(rand() % 255 - 127);
@@ -84,7 +94,7 @@ int main(int argc, char **argv) {
     uint32_t group = (uint32_t)atoi(argv[2]), H = (uint32_t)atoi(argv[3]), I = (uint32_t)atoi(argv[4]);
     uint32_t n_exp = (uint32_t)atoi(argv[5]), T = (uint32_t)atoi(argv[6]);
     double seconds = atof(argv[7]);
-    if (fmt < 0 || fmt > WF_INT8 || !H || !I || !n_exp || !T || T > 256 || seconds <= 0) {
+    if (fmt < 0 || fmt > WF_MXFP4 || !H || !I || !n_exp || !T || T > 256 || seconds <= 0) {
         fprintf(stderr, "matvec_rate: bad arguments\n");
         return 2;
     }

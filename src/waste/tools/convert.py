@@ -66,7 +66,7 @@ class TensorPlan:
     def __init__(self, prefix: str = "") -> None:
         self.prefix = prefix
         self.trunk: list[TrunkEntry] = []
-        self.banks: dict[int, list[list[str]]] = {}
+        self.banks: dict[int, list[list[ExpertSource]]] = {}
         self.used: set[str] = set()
 
     def add(self, canon: str, src: str, shape: tuple, kind: str) -> None:
@@ -314,7 +314,7 @@ class _Formats:
 
 
 def _write(w: ContainerWriter, st: SafeTensors, formats: _Formats, trunk_plan: list[TrunkEntry],
-           bank_plan: dict[int, list[list[str]]]) -> str | None:
+           bank_plan: dict[int, list[list[ExpertSource]]]) -> str | None:
     """Streams every tensor into ``w``; returns the experts' format (None without MoE)."""
     for canon, src, shape, kind in trunk_plan:
         a = st.load(src)

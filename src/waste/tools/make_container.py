@@ -180,7 +180,7 @@ def trunk_plan(cfg: dict) -> list[tuple[str, tuple[int, ...], str]]:
     E, Im, S, I = (cfg["num_experts"], cfg["moe_intermediate_size"], cfg["num_shared_experts"],
                    cfg["intermediate_size"])
     Rz, rq = cfg.get("routed_expert_hidden_size", 0), cfg["q_lora_rank"]
-    plan = [("embed", (V, H), "embed")]
+    plan: list[tuple[str, tuple[int, ...], str]] = [("embed", (V, H), "embed")]
     for layer in range(cfg["num_hidden_layers"]):
         c = f"blk.{layer}."
         plan += [(c + "attn_norm", (H,), "norm"), (c + "ffn_norm", (H,), "norm")]

@@ -20,9 +20,13 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from waste.tools.container import RECORD_HEADER_BYTES, ContainerError, row_bytes
 from waste.tools.hf_config import ConvertError, normalise_config, read_json
+
+if TYPE_CHECKING:
+    from waste.adapters.native.context import MemoryPlan
 
 FORMAT_VERSION = 1
 TRUNK_ALIGN = 64
@@ -178,7 +182,7 @@ def cold_token_lines(plan, manifest: dict | None, read_gbps: float) -> list[tupl
     return lines
 
 
-def plan_anyway(path: Path, options) -> tuple[object, str | None]:
+def plan_anyway(path: Path, options) -> tuple["MemoryPlan", str | None]:
     """(the plan, None), or (the plan as far as sizing got, the engine's refusal) when the
     budget is refused (E_BUDGET: e.g. a floor above this machine's RAM): a config-only plan
     is mostly asked about a bigger machine, so its numbers are still worth printing."""

@@ -25,6 +25,7 @@ import os
 import shutil
 import struct
 from pathlib import Path
+from typing import Any
 
 import attrs
 import numpy as np
@@ -72,7 +73,11 @@ def text_config(g: Geometry, k: K3Options, vocab: int) -> dict:
     """The Moonshot-style K3 text config (what ``text_config`` holds)."""
     ids = {s: vocab - len(SPECIALS) + i for i, s in enumerate(SPECIALS)}
     kinds = g.layer_types()
-    cfg = {
+    lac: dict[str, Any] = {
+        "kda_layers": [i + 1 for i, t in enumerate(kinds) if t == "linear_attention"],
+        "full_attn_layers": [i + 1 for i, t in enumerate(kinds) if t == "full_attention"],
+        "num_heads": g.kda_heads, "head_dim": g.kda_head_dim, "short_conv_kernel_size": g.conv_kernel}
+    cfg: dict[str, Any] = {
         "model_type": "kimi_linear", "architectures": ["KimiLinearForCausalLM"],
         "vocab_size": vocab, "hidden_size": g.hidden, "num_hidden_layers": g.layers,
         "intermediate_size": g.intermediate, "moe_intermediate_size": g.moe_intermediate,
@@ -83,10 +88,7 @@ def text_config(g: Geometry, k: K3Options, vocab: int) -> dict:
         "num_attention_heads": g.mla_heads, "num_key_value_heads": g.mla_heads,
         "kv_lora_rank": g.kv_lora_rank, "q_lora_rank": k.q_lora_rank or None,
         "qk_nope_head_dim": g.qk_nope, "qk_rope_head_dim": g.qk_rope, "v_head_dim": g.v_head,
-        "linear_attn_config": {
-            "kda_layers": [i + 1 for i, t in enumerate(kinds) if t == "linear_attention"],
-            "full_attn_layers": [i + 1 for i, t in enumerate(kinds) if t == "full_attention"],
-            "num_heads": g.kda_heads, "head_dim": g.kda_head_dim, "short_conv_kernel_size": g.conv_kernel},
+        "linear_attn_config": lac,
         "hidden_act": "situ" if k.situ else "silu",
         "rms_norm_eps": 1e-5, "tie_word_embeddings": False, "model_max_length": 1048576,
         "bos_token_id": ids["[BOS]"], "eos_token_id": ids["[EOS]"], "pad_token_id": ids["[PAD]"],
@@ -96,7 +98,7 @@ def text_config(g: Geometry, k: K3Options, vocab: int) -> dict:
         cfg["activation_situ_beta"] = k.situ_beta
         cfg["activation_situ_linear_beta"] = k.situ_linear_beta
     if k.gate_lower_bound is not None:
-        cfg["linear_attn_config"]["gate_lower_bound"] = k.gate_lower_bound
+        lac["gate_lower_bound"] = k.gate_lower_bound
     if k.latent:
         cfg["routed_expert_hidden_size"] = k.latent
         cfg["latent_moe_use_norm"] = k.latent_norm
@@ -132,7 +134,7 @@ Spec = tuple[str, tuple[int, ...], str]
 def _kda(g: Geometry, k: K3Options, a: str) -> list[Spec]:
     H, Hk, d, K = g.hidden, g.kda_heads, g.kda_head_dim, g.conv_kernel
     hd = Hk * d
-    specs = [(a + f"{x}_proj.weight", (hd, H), "mat") for x in "qkv"]
+    specs: list[Spec] = [(a + f"{x}_proj.weight", (hd, H), "mat") for x in "qkv"]
     specs += [(a + f"{x}_conv1d.weight", (hd, 1, K), "conv") for x in "qkv"]
     specs += [(a + "A_log", (k.a_log_pad or d,), "a_log"), (a + "dt_bias", (hd,), "dt_bias"),
               (a + "f_a_proj.weight", (d, H), "mat"), (a + "f_b_proj.weight", (hd, d), "mat"),
@@ -148,6 +150,7 @@ def _kda(g: Geometry, k: K3Options, a: str) -> list[Spec]:
 def _mla(g: Geometry, k: K3Options, a: str) -> list[Spec]:
     H, nh, r = g.hidden, g.mla_heads, g.kv_lora_rank
     qh = nh * (g.qk_nope + g.qk_rope)
+    specs: list[Spec]
     if k.q_lora_rank:
         specs = [(a + "q_a_proj.weight", (k.q_lora_rank, H), "mat"), (a + "q_a_layernorm.weight", (k.q_lora_rank,), "norm"),
                  (a + "q_b_proj.weight", (qh, k.q_lora_rank), "mat")]
@@ -168,7 +171,7 @@ def _ffn(g: Geometry, k: K3Options, p: str, moe: bool) -> list[Spec]:
         return [(p + "mlp.gate_proj.weight", (I, H), "mat"), (p + "mlp.up_proj.weight", (I, H), "mat"),
                 (p + "mlp.down_proj.weight", (H, I), "mat")]
     m, Im, S, d_e = p + "block_sparse_moe.", g.moe_intermediate, g.shared, k.latent or H
-    specs = [(m + "gate.weight", (g.experts, H), "mat"), (m + "gate.e_score_correction_bias", (g.experts,), "bias")]
+    specs: list[Spec] = [(m + "gate.weight", (g.experts, H), "mat"), (m + "gate.e_score_correction_bias", (g.experts,), "bias")]
     for e in range(g.experts):
         specs += [(m + f"experts.{e}.w1.weight", (Im, d_e), "expert"), (m + f"experts.{e}.w2.weight", (d_e, Im), "expert"),
                   (m + f"experts.{e}.w3.weight", (Im, d_e), "expert")]
@@ -190,7 +193,7 @@ def shard_plan(g: Geometry, k: K3Options, vocab: int) -> list[list[Spec]]:
     shards = []
     for layer, kind in enumerate(g.layer_types()):
         p = f"model.layers.{layer}."
-        specs = [(p + "input_layernorm.weight", (g.hidden,), "norm"),
+        specs: list[Spec] = [(p + "input_layernorm.weight", (g.hidden,), "norm"),
                  (p + "post_attention_layernorm.weight", (g.hidden,), "norm")]
         specs += (_kda if kind == "linear_attention" else _mla)(g, k, p + "self_attn.")
         specs += _ffn(g, k, p, moe[layer])
@@ -200,7 +203,7 @@ def shard_plan(g: Geometry, k: K3Options, vocab: int) -> list[list[Spec]]:
                       (p + "mlp_res_norm.weight", (g.hidden,), "norm"),
                       (p + "mlp_res_proj.weight", (1, g.hidden), "mat")]
         shards.append(sorted(specs))
-    last = [("lm_head.weight", (vocab, g.hidden), "mat"), ("model.embed_tokens.weight", (vocab, g.hidden), "embed"),
+    last: list[Spec] = [("lm_head.weight", (vocab, g.hidden), "mat"), ("model.embed_tokens.weight", (vocab, g.hidden), "embed"),
             ("model.norm.weight", (g.hidden,), "norm")]
     if k.attn_res_block:
         last += [("model.output_attn_res_norm.weight", (g.hidden,), "norm"),
@@ -209,7 +212,7 @@ def shard_plan(g: Geometry, k: K3Options, vocab: int) -> list[list[Spec]]:
     return shards
 
 
-VISION = [("vision_tower.patch_embed.proj.weight", (16, 3, 2, 2), "mat"),
+VISION: list[Spec] = [("vision_tower.patch_embed.proj.weight", (16, 3, 2, 2), "mat"),
           ("vision_tower.encoder.blocks.0.norm0.weight", (16,), "norm"),
           ("mm_projector.proj.0.weight", (16, 64), "mat")]
 
@@ -250,11 +253,25 @@ def _a_log(seed: int, name: str, heads: int, n: int) -> np.ndarray:
     return a
 
 
+def _packed_experts(specs: list[Spec], seed: int, torch) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Every expert matrix of a shard through the compressor, one call per shape: MXFP4
+    groups run along a row, so stacking rows packs each matrix exactly as alone (tested)."""
+    out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for shape in sorted({shape for _, shape, kind in specs if kind == "expert"}):
+        names = [name for name, s, kind in specs if kind == "expert" and s == shape]
+        packed, scale = _mxfp4(torch, np.concatenate([random_tensor(seed, n, shape, "mat") for n in names]))
+        rows = shape[0]
+        for i, n in enumerate(names):
+            out[n] = (packed[i * rows:(i + 1) * rows], scale[i * rows:(i + 1) * rows])
+    return out
+
+
 def _entries(specs: list[Spec], seed: int, g: Geometry, bias_std: float, torch):
     """(name, st dtype, shape, bytes-or-f32 array) for every tensor of a shard, in order."""
+    experts = _packed_experts(specs, seed, torch)
     for name, shape, kind in specs:
         if kind == "expert":
-            packed, scale = _mxfp4(torch, random_tensor(seed, name, shape, "mat"))
+            packed, scale = experts[name]
             base = name[: -len(".weight")]
             yield base + ".weight_packed", "U8", packed.shape, packed.tobytes()
             yield base + ".weight_scale", "U8", scale.shape, scale.tobytes()

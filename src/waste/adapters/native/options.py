@@ -71,8 +71,8 @@ class NativeOptions:
 
         Reads ``budget`` (bytes), ``ctx``, ``threads``, ``cpus`` (str or None), ``cache``
         ("layer"/"lfru"/"lru"), ``direct_io`` (False for --no-direct-io), ``vision``, ``verify``,
-        ``usage`` (str or None), ``exclusive_open``, ``io_threads`` and ``lookahead`` (bool). Every one is required: a missing
-        attribute raises AttributeError naming it, a bad value ValueError naming the option.
+        ``usage`` (str or None), ``exclusive_open``, ``io_threads`` and ``lookahead`` (bool).
+        Every one is required: a missing attribute raises AttributeError naming it, a bad value ValueError naming the option.
         """
         return cls(
             ram_budget_bytes=settings.budget, ctx_tokens=settings.ctx,
