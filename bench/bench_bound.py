@@ -59,7 +59,9 @@ def bound_terms(run: dict, *, M: float, B_r: float, B_d: float, C: float) -> dic
         W = (probes[i]["W"] + probes[i + 1]["W"]) / 2
         # The engine's own record-read rate is also a measurement of the disk: when it is
         # higher than the probes (it is, often, on this VM), the disk could do at least that.
-        engine_rate = seg.bytes_read / seg.io_s if seg.io_s > 0 else 0.0
+        # (bytes over the time >= 1 read was in flight: with reader threads the reads overlap)
+        busy = seg.busy_s or seg.io_s
+        engine_rate = seg.bytes_read / busy if busy > 0 else 0.0
         if engine_rate > W:
             W, engine_faster = engine_rate, engine_faster + 1
         Ws.append(W)

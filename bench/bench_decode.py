@@ -54,6 +54,7 @@ class Segment:
     misses: int
     bytes_read: int
     io_s: float  # the engine's own time in record reads (waste_stats.io_s)
+    busy_s: float = 0.0  # time >= 1 record read was in flight (waste_stats.disk_busy_s)
 
 
 def _raw_stats(engine: NativeEngine):
@@ -94,12 +95,14 @@ def decode(engine: NativeEngine, prompt: list[int], *, warmup: int, tokens: int,
         if between is not None:
             between(len(segments))
         n = min(segment, tokens - done)
-        io_before = _raw_stats(engine).io_s
+        before = _raw_stats(engine)
+        io_before, busy_before = before.io_s, before.disk_busy_s
         marks, started = call([ids[-1]], n, seed + 1 + len(segments))
+        after = _raw_stats(engine)
         segments.append(Segment(tokens=n, seconds=marks[-1][0] - started,
                                 hits=sum(m[1] for m in marks), misses=sum(m[2] for m in marks),
                                 bytes_read=sum(m[3] for m in marks),
-                                io_s=_raw_stats(engine).io_s - io_before))
+                                io_s=after.io_s - io_before, busy_s=after.disk_busy_s - busy_before))
         done += n
     return segments, ids
 
@@ -127,14 +130,23 @@ def decode_run(container: Path, base: NativeOptions, *, fraction: float | None, 
             warm = {"prewarm_s": round(time.perf_counter() - started, 3),
                     "prewarm_records_loaded": engine.statistics().experts_missed}
             engine.reset()  # the cache is kept (docs/ENGINE.md §2)
+        s0 = _raw_stats(engine)
         segments, ids = decode(engine, prompt, **kwargs, between=between)
         stats = engine.statistics()
+        s1 = _raw_stats(engine)  # reading ahead, over warm-up + measured tokens
+        guesses, guess_hits = s1.guesses - s0.guesses, s1.guess_hits - s0.guess_hits
+        ahead = {"io_threads": s1.io_threads, "lookahead": s1.lookahead, "guesses": guesses,
+                 "guess_hits": guess_hits,
+                 "lookahead_accuracy": guess_hits / guesses if guesses else None,
+                 "wasted_bytes": s1.wasted_bytes - s0.wasted_bytes,
+                 "queue_depth_max": s1.queue_depth_max}
     finally:
         engine.close()
     seconds = sum(s.seconds for s in segments)
     hits, misses = sum(s.hits for s in segments), sum(s.misses for s in segments)
     read = sum(s.bytes_read for s in segments)
     io_s = sum(s.io_s for s in segments)
+    busy_s = sum(s.busy_s for s in segments)
     return {
         "row": "decode", "cache": "all" if fraction is None else fraction,
         "slots": slots, "budget_bytes": budget, "open_s": round(open_s, 3), **warm,
@@ -142,8 +154,9 @@ def decode_run(container: Path, base: NativeOptions, *, fraction: float | None, 
         "segments": len(segments), "seconds": round(seconds, 3), "tok_per_s": tokens / seconds,
         "h": hits / max(hits + misses, 1), "hits": hits, "misses": misses,
         "accesses_per_token": (hits + misses) / tokens, "bytes_read_per_token": read / tokens,
-        "io_s": round(io_s, 3), "io_share": io_s / seconds,
-        "engine_read_bytes_per_s": read / io_s if io_s > 0 else None,
+        "io_s": round(io_s, 3), "io_share": io_s / seconds, **ahead,
+        "disk_busy_s": round(busy_s, 3), "disk_busy_share": busy_s / seconds,
+        "engine_read_bytes_per_s": read / busy_s if busy_s > 0 else None,
         "direct_io": stats.direct_io, "io_note": stats.io_note,
         "token_ids": ids, "segment_list": segments,
     }

@@ -158,7 +158,7 @@ def table(rows: list[dict]) -> list[str]:
     for w in by("W"):
         out.append(f"  W depth {w['depth']} ({w['mode']}): {w['bytes_per_s'] / 1e9:.2f} GB/s, "
                    f"{w['ms_per_read']:.2f} ms per {w['record_bytes'] / 2**20:.2f} MiB record"
-                   + ("" if w["depth"] == 1 else "  (info: the engine reads at depth 1)"))
+                   )
     for m in by("M"):
         out.append(f"  M {m['threads']} thread(s): {m['bytes_per_s'] / 1e9:.1f} GB/s")
     for f in by("F"):
@@ -170,7 +170,8 @@ def table(rows: list[dict]) -> list[str]:
     out.append("")
     out.append(f"{'cache':>5} {'slots':>5} {'/WS':>4} {'tok/s':>6} {'h':>5} {'MB/tok':>6} "
                f"{'W GB/s':>6} {'F GF/s':>6} | {'disk':>6} {'ram':>5} {'comp':>5} {'bound':>5} "
-               f"{'ratio':>5} | {'serial':>6} {'ratio':>5} | {'io%':>4} {'others':>6}")
+               f"{'ratio':>5} | {'serial':>6} {'ratio':>5} | {'io%':>4} {'busy%':>5} {'QD':>3} {'la acc':>6} "
+               f"{'others':>6}")
     for d in by("decode"):
         disk = "inf" if d["bound_disk_tok_s"] is None else f"{d['bound_disk_tok_s']:.2f}"
         out.append(
@@ -179,7 +180,9 @@ def table(rows: list[dict]) -> list[str]:
             f"{d['W_mean'] / 1e9:>6.2f} {d['F_mean'] / 1e9:>6.1f} | {disk:>6} {d['bound_ram_tok_s']:>5.1f} "
             f"{d['bound_compute_tok_s']:>5.1f} {d['bound_tok_s']:>5.2f} {100 * d['ratio']:>4.0f}% | "
             f"{d['serial_bound_tok_s']:>6.2f} {100 * d['ratio_serial']:>4.0f}% | "
-            f"{100 * d['io_share']:>3.0f}% {100 * d['other_cpu_share']:>5.0f}%")
+            f"{100 * d['io_share']:>3.0f}% {100 * d['disk_busy_share']:>4.0f}% {d['queue_depth_max']:>3} "
+            f"{'-' if d['lookahead_accuracy'] is None else format(d['lookahead_accuracy'], '.2f'):>6} "
+            f"{100 * d['other_cpu_share']:>5.0f}%")
     out.extend(table_line(p) for p in by("peer"))
     return out
 
@@ -198,6 +201,7 @@ class Bench:
     reader: BankReader
     probe: Path | None = None
     probe_note: str = ""
+    depth: int = 1  # the engine's read queue depth (io_threads, at least 1): W is probed there
 
     def kernel_args(self, experts: int, threads: int, repeats: int = 3) -> dict:
         moe_inter, hidden = self.banks[0]["shapes"][0]  # gate [I, H], up [I, H], down [H, I]
@@ -212,7 +216,7 @@ class Bench:
 
     def machine(self, workdir: Path, emit_row) -> tuple[float, float | None]:
         """The W, M and F rows at start-up; returns (M, F or None without a probe)."""
-        for depth in (1, 2):
+        for depth in sorted({1, 2, self.depth}):
             emit_row(self.reader.measure(depth=depth, seconds=self.disk_s))
         m = 0.0
         for t in sorted({1, self.threads}):
@@ -233,7 +237,7 @@ class Bench:
 
     def probe_now(self, F_fallback: float | None) -> dict:
         """W and F measured now (between decode segments, outside their timing)."""
-        w = self.reader.measure(depth=1, seconds=self.segment_probe_s)
+        w = self.reader.measure(depth=self.depth, seconds=self.segment_probe_s)
         f = F_fallback
         if self.probe is not None:
             f = measure_kernel(self.probe, **self.kernel_args(self.llc_experts, self.threads, 1),
@@ -269,8 +273,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="cache sizes as fractions of all expert records (default 0.1 0.3)")
     ap.add_argument("--tokens", type=int, default=64, help="measured decode tokens (default 64)")
     ap.add_argument("--warmup", type=int, default=8, help="warm-up decode tokens (default 8)")
-    ap.add_argument("--policy", choices=("lfru", "lru"), default="lfru")
+    ap.add_argument("--policy", choices=("layer", "lfru", "lru"), default="layer")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--io-threads", type=int, default=4,
+                    help="libwaste reader threads (default 4; 0 = reads on the computing thread); "
+                         "W is probed at this queue depth")
+    ap.add_argument("--lookahead", action=argparse.BooleanOptionalAction, default=True,
+                    help="decode router lookahead (default on; needs --io-threads >= 1)")
     ap.add_argument("--segment", type=int, default=8,
                     help="measured tokens between two W/F probes (default 8)")
     ap.add_argument("--repeat", type=int, default=None,
@@ -331,9 +340,12 @@ def main(argv: list[str] | None = None) -> int:
                   "llc_bytes": llc_bytes(), "libwaste": library_build_info(),
                   "mode": "quick" if args.quick else "default",
                   "page_cache_drop": drop_page_cache(files), "policy": args.policy,
+                  "io_threads": args.io_threads, "lookahead": bool(args.lookahead and args.io_threads),
                   "loadavg": os.getloadavg(), **source_state()})
         base = NativeOptions(ctx_tokens=PROMPT_TOKENS + args.warmup + args.tokens + 8,
-                             usage_path="", n_threads=threads, cache_policy=args.policy)
+                             usage_path="", n_threads=threads, cache_policy=args.policy,
+                             io_threads=args.io_threads,
+                             lookahead=int(args.lookahead and args.io_threads > 0))
         plan = plan_memory(container, base)
         # params_active needs the weights: a full open at the floor budget (2·k slots).
         with NativeEngine.open(container, attrs.evolve(base, ram_budget_bytes=plan.floor_bytes)) as eng:
@@ -355,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
         bench = Bench(container, banks, plan.record_bytes, threads,
                       disk_s=1.5 if args.quick else 4.0, probe_s=0.3 if args.quick else 0.5,
                       segment_probe_s=0.3 if args.quick else 0.5,
-                      reader=BankReader(container, banks))
+                      reader=BankReader(container, banks), depth=max(1, args.io_threads))
         M, F0 = bench.machine(workdir, emit_row)
         position = PROMPT_TOKENS + args.warmup + args.tokens / 2
         C = 2 * info.params_active + attention_flops(cfg, position)

@@ -128,7 +128,7 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
     ap.add_argument("--cgroup", type=Path)
     ap.add_argument("--budget", type=int, default=0, help="libwaste's ram_budget_bytes")
-    ap.add_argument("--policy", default="lfru")
+    ap.add_argument("--policy", default="layer")
     args = ap.parse_args()
     if args.cgroup is not None:
         (args.cgroup / "cgroup.procs").write_text(str(os.getpid()))

@@ -63,7 +63,8 @@ extern "C" {
 
 /* WASTE_CDEF_BEGIN */
 
-#define WASTE_API_VERSION 3
+#define WASTE_API_VERSION 5
+#define WASTE_MAX_TOP_LOGPROBS 20   /* waste_gen_params.n_top_logprobs at most */
 
 /* Status codes (docs/ENGINE.md §1). */
 typedef enum {
@@ -89,9 +90,14 @@ typedef enum {
     WASTE_STOP_CALLBACK = 4    /* the token callback returned non-zero */
 } waste_stop_reason;
 
+/* Expert-cache eviction (docs/ENGINE.md §5 Policy). The policy changes which reads happen,
+ * never a logit. */
 typedef enum {
-    WASTE_CACHE_LFRU = 0,
-    WASTE_CACHE_LRU = 1
+    WASTE_CACHE_LFRU = 0,      /* 16 sampled slots: fewest hits since loaded, then oldest */
+    WASTE_CACHE_LRU = 1,       /* 16 sampled slots: oldest */
+    WASTE_CACHE_LAYER = 2      /* every slot: furthest next use in the layer cycle, then fewest
+                                * accesses since open, then oldest; never an expert the current
+                                * layer still needs. Scan-resistant below one token's working set */
 } waste_cache_policy;
 
 /* Kernel sets (cfg.kernels). All give bit-identical logits (docs/ENGINE.md §4.3); a named SIMD
@@ -111,7 +117,7 @@ typedef struct {
     uint32_t ctx_tokens;        /* [0 -> 4096] maximum position */
     uint64_t ram_budget_bytes;  /* [0 = auto, docs/ENGINE.md §5] */
     uint32_t n_threads;         /* [0 = one per allowed CPU] */
-    int32_t cache_policy;       /* [WASTE_CACHE_LFRU] */
+    int32_t cache_policy;       /* [WASTE_CACHE_LAYER] a waste_cache_policy */
     const char *cpu_list;       /* [NULL] e.g. "0-3,6"; Linux only; copied at open */
     int32_t direct_io;          /* [1] O_DIRECT bank reads, buffered fallback reported */
     int32_t verify;             /* [0] crc32 of every record read */
@@ -125,8 +131,15 @@ typedef struct {
                                  * hottest experts warm the slots. Also save_usage's default
                                  * target. Copied at open. */
     uint32_t prefill_chunk;     /* [0 -> 64; 1 = token by token] */
-    uint32_t io_threads;        /* [0] non-zero returns E_UNSUPPORTED for now */
-    uint32_t lookahead;         /* [0] non-zero returns E_UNSUPPORTED for now */
+    uint32_t io_threads;        /* [0 = reads on the computing thread] 1..64 reader threads:
+                                 * a layer's misses (up to top_k) are queued at once and each
+                                 * expert is computed when its record has landed, in ascending
+                                 * id as always (docs/ENGINE.md §5): logits never change */
+    uint32_t lookahead;         /* [0] 1 = decode router lookahead: the next MoE layer's router
+                                 * on this layer's FFN input guesses its experts and queues
+                                 * speculative reads into evictable slots; the real router
+                                 * still decides (logits never change). Needs io_threads >= 1;
+                                 * values above 1 are E_ARG */
     int32_t tokenizer_only;     /* [0] load the tokenizer and manifest only */
     int32_t kernels;            /* [WASTE_KERNELS_AUTO] a waste_kernels value */
 } waste_cfg;
@@ -179,6 +192,16 @@ typedef struct {
     char quant[64];             /* e.g. "trunk=bf16 experts=int8g32" */
 } waste_model_info;
 
+/* The allowed-token mask (constrained decoding). Called by waste_generate before each
+ * token is sampled, with index = the 0-based index of the token about to be sampled and
+ * allowed[0..n_words) = ceil(vocab / 32) words, every bit of an id < vocab set (bit j % 32
+ * of word j / 32 is id j). Clear the bits of the ids that must not be sampled and return
+ * 0: their logits become -inf after bias and penalties, so they are neither drawn nor
+ * counted in the reported logprobs. A mask that leaves no id allowed is E_ARG ("the mask
+ * allows no token"); a non-zero return stops generation before the token (stop_reason
+ * CALLBACK, nothing delivered). Same calling rules as waste_token_cb. */
+typedef int32_t (*waste_mask_cb)(uint32_t index, uint32_t *allowed, uint32_t n_words, void *user);
+
 typedef struct {
     uint32_t struct_size;
     float temperature;          /* [0.0] 0 = greedy (argmax, ties to the lower id) */
@@ -188,6 +211,23 @@ typedef struct {
     uint32_t max_tokens;        /* [0 = until a stop id or the context is full] */
     uint32_t n_stop_ids;        /* [0] */
     const int32_t *stop_ids;    /* [NULL] read during the call only */
+    /* Logit processing (docs/ENGINE.md §2 Logit processing), in this order on the last
+     * logits l before each token: logit bias, penalties, the mask. All off by default: with
+     * the defaults below the logits are not touched (byte-identical draws and logprobs). */
+    uint32_t n_logit_bias;      /* [0] l[logit_bias_ids[i]] += logit_bias[i] (OpenAI) */
+    uint32_t n_top_logprobs;    /* [0] 0..20: the most likely ids reported per token */
+    const int32_t *logit_bias_ids;  /* [NULL] each < vocab; read during the call only */
+    const float *logit_bias;        /* [NULL] finite */
+    float presence_penalty;     /* [0] OpenAI: l[j] -= presence_penalty * (c[j] > 0) */
+    float frequency_penalty;    /* [0] OpenAI: l[j] -= frequency_penalty * c[j]; c[j] = times
+                                 * j was generated by this call (prompt not counted) */
+    float repetition_penalty;   /* [1 = off] vLLM: for j in the context (every evaluated id
+                                 * since the reset, prompt included) or generated by this call,
+                                 * l[j] = l[j] > 0 ? l[j] / r : l[j] * r; r > 0 */
+    float min_p;                /* [0 = off] vLLM: after temperature, keep the ids whose
+                                 * probability is >= min_p * the largest; in [0, 1] */
+    waste_mask_cb mask_cb;      /* [NULL] called before each token: see waste_mask_cb */
+    void *mask_user;            /* [NULL] passed to mask_cb */
 } waste_gen_params;
 
 /* Passed to the token callback; valid only during the callback. */
@@ -196,7 +236,8 @@ typedef struct {
     uint32_t index;             /* 0-based index of the generated token */
     int32_t token;
     int32_t is_stop;
-    float logprob;              /* log-softmax of the raw logits at `token` */
+    float logprob;              /* log-softmax at `token` of the logits after bias, penalties
+                                 * and mask, before temperature (the raw logits by default) */
     uint32_t experts_hit;       /* for the pass that produced this token */
     uint32_t experts_missed;    /* (index 0 includes the prefill) */
     uint32_t piece_len;
@@ -205,6 +246,10 @@ typedef struct {
     double io_ms;
     const char *piece;          /* UTF-8; an incomplete tail is held for a later piece */
                                 /* empty for an id with no text (vocab padding) */
+    uint32_t n_top;             /* = params.n_top_logprobs (fewer when the vocab is smaller) */
+    uint32_t reserved1;
+    const int32_t *top_ids;     /* [n_top] the most likely ids, descending, ties to the lower */
+    const float *top_logprobs;  /* [n_top] their logprobs (as `logprob`) */
 } waste_token_info;
 
 typedef int32_t (*waste_token_cb)(const waste_token_info *info, void *user);
@@ -234,11 +279,12 @@ typedef struct {
     uint64_t tokens;            /* tokens evaluated */
     uint64_t hits;              /* expert accesses served from a slot */
     uint64_t misses;            /* expert accesses that read a record */
-    uint64_t reads;
-    uint64_t bytes_read;        /* by misses (warming is counted in warm_bytes only) */
+    uint64_t reads;             /* record reads issued: misses + lookahead guesses */
+    uint64_t bytes_read;        /* by misses and guesses (warming is counted in warm_bytes only) */
     uint64_t warm_bytes;        /* records read at open to warm the slots from the hotlist */
     double compute_s;
-    double io_s;
+    double io_s;                /* the sum of every read's duration (overlapping reads add up;
+                                 * see disk_busy_s) */
     uint64_t budget_bytes;
     uint64_t allocated_bytes;   /* engine buffers held now: trunk, state (incl. the expert
                                  * tables), scratch, expert slots, plus any transient buffer;
@@ -258,6 +304,18 @@ typedef struct {
                                  * damaged record warming skipped ("not warmed: ..."; the
                                  * call that needs it fails naming it); empty when it was
                                  * read and warmed cleanly, absent, or usage_path is "" */
+    /* API version 4: reading ahead (cfg.io_threads, cfg.lookahead). */
+    uint32_t io_threads;        /* reader threads running (cfg.io_threads) */
+    uint32_t lookahead;         /* cfg.lookahead */
+    uint64_t guesses;           /* speculative reads issued by lookahead */
+    uint64_t guess_hits;        /* guesses the real router then selected (accuracy =
+                                 * guess_hits / guesses); each is also counted as a miss */
+    uint64_t wasted_bytes;      /* bytes of guesses never selected by the token they were
+                                 * read for (the record stays cached) */
+    uint64_t queue_depth_max;   /* most reads queued or in flight at once in the reader pool */
+    double disk_busy_s;         /* time at least one read was in flight in the reader pool
+                                 * (with io_threads 0: io_s, the reads being serial) */
+    double io_wait_s;           /* time the computing thread waited for a record */
 } waste_stats;
 
 /* ---- static calls: safe from any thread, no ctx ------------------------------------ */

@@ -52,7 +52,7 @@ WASTE_API void waste_cfg_init(waste_cfg *c) {
     if (!c) return;
     memset(c, 0, sizeof *c);
     c->struct_size = sizeof *c;
-    c->cache_policy = WASTE_CACHE_LFRU;
+    c->cache_policy = WASTE_CACHE_LAYER;
     c->direct_io = 1;
 }
 WASTE_API void waste_plan_init(waste_plan *p) { if (p) { memset(p, 0, sizeof *p); p->struct_size = sizeof *p; } }
@@ -62,6 +62,7 @@ WASTE_API void waste_gen_params_init(waste_gen_params *p) {
     memset(p, 0, sizeof *p);
     p->struct_size = sizeof *p;
     p->top_p = 1.0f;
+    p->repetition_penalty = 1.0f;
 }
 WASTE_API void waste_gen_result_init(waste_gen_result *p) { if (p) { memset(p, 0, sizeof *p); p->struct_size = sizeof *p; } }
 WASTE_API void waste_stats_init(waste_stats *p) { if (p) { memset(p, 0, sizeof *p); p->struct_size = sizeof *p; } }
@@ -73,7 +74,7 @@ static int32_t check_cfg(const waste_cfg *cfg, char *err, uint64_t cap) {
         wu_errf(err, cap, "waste_cfg.struct_size is %u, expected %u (call waste_cfg_init)", cfg->struct_size, (unsigned)sizeof(waste_cfg));
         return WASTE_E_ARG;
     }
-    if (cfg->cache_policy != WASTE_CACHE_LFRU && cfg->cache_policy != WASTE_CACHE_LRU) { wu_errf(err, cap, "cfg.cache_policy %d unknown", cfg->cache_policy); return WASTE_E_ARG; }
+    if (cfg->cache_policy != WASTE_CACHE_LFRU && cfg->cache_policy != WASTE_CACHE_LRU && cfg->cache_policy != WASTE_CACHE_LAYER) { wu_errf(err, cap, "cfg.cache_policy %d unknown", cfg->cache_policy); return WASTE_E_ARG; }
     if (cfg->kernels < WASTE_KERNELS_AUTO || cfg->kernels > WASTE_KERNELS_AVX512) { wu_errf(err, cap, "cfg.kernels %d unknown (0 auto, 1 generic, 2 avx2, 3 avx512)", cfg->kernels); return WASTE_E_ARG; }
     const char *why = NULL;
     if (!wk_select(cfg->kernels, &why)) {
@@ -83,8 +84,9 @@ static int32_t check_cfg(const waste_cfg *cfg, char *err, uint64_t cap) {
     if (cfg->ctx_tokens > (1u << 24)) { wu_errf(err, cap, "cfg.ctx_tokens %u above 16777216", cfg->ctx_tokens); return WASTE_E_ARG; }
     if (cfg->n_threads > 1024) { wu_errf(err, cap, "cfg.n_threads %u above 1024", cfg->n_threads); return WASTE_E_ARG; }
     if (cfg->prefill_chunk > 4096) { wu_errf(err, cap, "cfg.prefill_chunk %u above 4096", cfg->prefill_chunk); return WASTE_E_ARG; }
-    if (cfg->io_threads) { wu_errf(err, cap, "cfg.io_threads: read-ahead threads are not implemented yet"); return WASTE_E_UNSUPPORTED; }
-    if (cfg->lookahead) { wu_errf(err, cap, "cfg.lookahead: router lookahead is not implemented yet"); return WASTE_E_UNSUPPORTED; }
+    if (cfg->io_threads > 64) { wu_errf(err, cap, "cfg.io_threads %u above 64", cfg->io_threads); return WASTE_E_ARG; }
+    if (cfg->lookahead > 1) { wu_errf(err, cap, "cfg.lookahead %u: only 1 (the next MoE layer) is supported", cfg->lookahead); return WASTE_E_ARG; }
+    if (cfg->lookahead && !cfg->io_threads) { wu_errf(err, cap, "cfg.lookahead needs cfg.io_threads >= 1 (guesses are read in the background)"); return WASTE_E_ARG; }
     if (cfg->vision) { wu_errf(err, cap, "cfg.vision: the vision tower is not implemented yet"); return WASTE_E_UNSUPPORTED; }
     return WASTE_OK;
 }
@@ -253,6 +255,17 @@ static int32_t check_params(waste_ctx *ctx, const waste_gen_params *p) {
     if (!(p->temperature >= 0.0f) || isinf(p->temperature)) { wx_err(ctx, "params.temperature must be a finite number >= 0"); return WASTE_E_ARG; }
     if (!(p->top_p > 0.0f && p->top_p <= 1.0f)) { wx_err(ctx, "params.top_p must be in (0, 1]"); return WASTE_E_ARG; }
     if (p->n_stop_ids && !p->stop_ids) { wx_err(ctx, "params.stop_ids is NULL but n_stop_ids is %u", p->n_stop_ids); return WASTE_E_ARG; }
+    if (p->n_top_logprobs > WASTE_MAX_TOP_LOGPROBS) { wx_err(ctx, "params.n_top_logprobs must be at most %d, not %u", WASTE_MAX_TOP_LOGPROBS, p->n_top_logprobs); return WASTE_E_ARG; }
+    if (p->n_logit_bias && (!p->logit_bias_ids || !p->logit_bias)) { wx_err(ctx, "params.logit_bias_ids or logit_bias is NULL but n_logit_bias is %u", p->n_logit_bias); return WASTE_E_ARG; }
+    for (uint32_t i = 0; i < p->n_logit_bias; i++) {
+        if (p->logit_bias_ids[i] < 0 || (uint32_t)p->logit_bias_ids[i] >= ctx->c.cfg.vocab) {
+            wx_err(ctx, "params.logit_bias_ids[%u] = %d is outside the vocabulary", i, p->logit_bias_ids[i]); return WASTE_E_ARG;
+        }
+        if (!isfinite(p->logit_bias[i])) { wx_err(ctx, "params.logit_bias[%u] must be finite", i); return WASTE_E_ARG; }
+    }
+    if (!isfinite(p->presence_penalty) || !isfinite(p->frequency_penalty)) { wx_err(ctx, "params.presence_penalty and frequency_penalty must be finite"); return WASTE_E_ARG; }
+    if (!(p->repetition_penalty > 0.0f) || isinf(p->repetition_penalty)) { wx_err(ctx, "params.repetition_penalty must be a finite number > 0"); return WASTE_E_ARG; }
+    if (!(p->min_p >= 0.0f && p->min_p <= 1.0f)) { wx_err(ctx, "params.min_p must be in [0, 1]"); return WASTE_E_ARG; }
     return WASTE_OK;
 }
 
@@ -292,6 +305,21 @@ WASTE_API int32_t waste_get_stats(waste_ctx *ctx, waste_stats *s) {
     snprintf(s->usage_note, sizeof s->usage_note, "%s", ctx->usage_note);
     s->slots_total = ctx->cache.n_slots;
     s->slots_used = ctx->cache.used;
+    s->io_threads = ctx->io_threads;
+    s->lookahead = ctx->lookahead;
+    s->guesses = atomic_load(&ctx->st_guesses);
+    s->guess_hits = atomic_load(&ctx->st_guess_hits);
+    s->wasted_bytes = atomic_load(&ctx->st_wasted_bytes);
+    s->io_wait_s = (double)atomic_load(&ctx->st_wait_us) / 1e6;
+    if (ctx->io) {
+        uint32_t depth; uint64_t busy, read_us;
+        wi_stats(ctx->io, &depth, &busy, &read_us);
+        s->queue_depth_max = depth;
+        s->disk_busy_s = (double)busy / 1e6;
+    } else {
+        s->queue_depth_max = s->reads ? 1 : 0;
+        s->disk_busy_s = s->io_s;
+    }
     return WASTE_OK;
 }
 

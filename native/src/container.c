@@ -511,6 +511,7 @@ static int32_t open_manifest(const char *dir, wc_container *c, char *err, uint64
     c->manifest_text = malloc((size_t)c->manifest_len + 1);
     if (!c->manifest_text) { close(fd); wu_errf(err, cap, "out of memory"); return WASTE_E_NOMEM; }
     int r = wu_pread_full(fd, c->manifest_text, c->manifest_len, 0);
+    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);   /* the engine keeps its own copy (docs/ENGINE.md §5) */
     close(fd);
     if (r != 0) { wu_errf(err, cap, "%s: read failed", path); return WASTE_E_IO; }
     c->manifest_text[c->manifest_len] = 0;
@@ -611,6 +612,12 @@ int32_t wc_open_data(wc_container *c, int direct_io, int verify, char *io_note, 
         if (r) { wu_errf(err, cap, "%s: reading tensor %s at offset %llu failed", path, t->name, (unsigned long long)t->offset); return WASTE_E_IO; }
         at += (t->length + 63) / 64 * 64;
     }
+    /* The resident tensors now live in trunk_mem: their pages in the page cache would be a
+     * second copy charged to the same memory cap, so they are dropped (docs/ENGINE.md §5).
+     * A clean page only: the file is never written here. */
+    posix_fadvise(c->trunk_fd, 0, 0, POSIX_FADV_DONTNEED);
+    /* From here on only embedding rows are read: no read-ahead around them. */
+    posix_fadvise(c->trunk_fd, 0, 0, POSIX_FADV_RANDOM);
 
     int all_direct = 1;
     if (io_note && note_cap) io_note[0] = 0;
@@ -631,6 +638,7 @@ int32_t wc_open_data(wc_container *c, int direct_io, int verify, char *io_note, 
         }
         uint8_t hdr[BANK_HEADER];
         if (wu_pread_full(b->fd, hdr, BANK_HEADER, 0)) { wu_errf(err, cap, "%s: cannot read the bank header", b->path); free(probe); return WASTE_E_IO; }
+        posix_fadvise(b->fd, 0, BANK_HEADER, POSIX_FADV_DONTNEED);
         int32_t hs = check_bank_header(b, hdr, err, cap);
         if (hs) { free(probe); return hs; }
         if (direct_io) {
@@ -728,6 +736,10 @@ int32_t wc_read_embed_row(const wc_container *c, const wc_tensor *t, uint32_t ro
     else {
         int r = wu_pread_full(c->trunk_fd, tmp, rb, off);
         if (r) { wu_errf(err, cap, "%s/trunk.bin: reading row %u of %s at offset %llu failed", c->dir, row, t->name, (unsigned long long)off); return WASTE_E_IO; }
+        /* One row per token: keep no pages. DONTNEED drops only whole pages inside the
+         * range, so the range is widened to the pages the row touches. */
+        uint64_t lo = off & ~(uint64_t)4095, hi = (off + rb + 4095) & ~(uint64_t)4095;
+        posix_fadvise(c->trunk_fd, (off_t)lo, (off_t)(hi - lo), POSIX_FADV_DONTNEED);
         src = tmp;
     }
     wm_mat m = {t->fmt, t->group, 1, (uint32_t)t->shape[1], rb, src};

@@ -6,6 +6,7 @@
 #define WASTE_ENGINE_H
 
 #include "internal.h"
+#include "io.h"
 
 typedef struct wt_tokenizer wt_tokenizer;
 
@@ -33,6 +34,9 @@ typedef struct {
     const float *res_attn_norm, *res_attn_proj, *res_mlp_norm, *res_mlp_proj;   /* [H] each */
 } wm_layer;
 
+/* Reads in flight at once at most: a layer's window of misses plus the next layer's guesses. */
+#define WE_REQS 128
+
 /* Expert slots (docs/ENGINE.md §5). The per-slot arrays and the (bank, expert) tables are all
  * sized for every expert of the container (n_all), so their bytes are a fixed part of the
  * plan's state and the budget holds exactly; only n_slots of the slot entries are used. */
@@ -47,9 +51,18 @@ typedef struct {
     uint32_t *pin;
     int32_t *slot_of;               /* per (bank, expert): its slot or -1 */
     uint64_t *counts;               /* per (bank, expert): accesses, merged with the hotlist */
+    int32_t *req;                   /* per slot: its read in flight (index into reqs) or -1 */
+    uint8_t *spec;                  /* per slot: holds a lookahead guess not yet confirmed */
+    wi_req reqs[WE_REQS];           /* reads in flight through the reader pool */
+    int32_t free_req[WE_REQS];
+    uint32_t n_free;
+    int32_t victim_guess_bank;      /* we_lookup: the bank of an unconfirmed guess it evicted, or -1 */
     uint64_t tick;
     uint64_t rng;
     int32_t policy;
+    uint32_t n_banks;
+    uint32_t cur_bank;              /* LAYER: the bank being computed (we_begin_layer) */
+    const uint8_t *needed;          /* LAYER: [n_experts] this token's selection in cur_bank, or NULL */
     atomic_uint used;               /* slots filled so far; read by waste_get_stats */
     uint64_t held_bytes;            /* what we_init allocated (slots + tables) */
 } we_cache;
@@ -109,13 +122,16 @@ struct waste_ctx {
     float *selw;                    /* [chunk][top_k] */
     uint8_t *expert_used;           /* [n_experts] */
     uint8_t *row_tmp;               /* one embedding row */
-    struct ws_pair *sample_pairs;   /* [vocab] (value, id) for sorting */
+    struct ws_pair *sample_pairs;   /* [2 * vocab] the sampler's work area */
 
     we_cache cache;
     wm_sizing sizing;
 
     /* statistics (atomics: read from any thread) */
     atomic_uint_least64_t st_tokens, st_hits, st_misses, st_reads, st_bytes, st_compute_us, st_io_us;
+    atomic_uint_least64_t st_guesses, st_guess_hits, st_wasted_bytes, st_wait_us;
+    wi_pool *io;                    /* cfg.io_threads readers, or NULL: reads on the calling thread */
+    uint32_t io_threads, lookahead;
     int direct_all;
     char io_note[160];
     /* memory accounting: bytes held now and the high-water mark (engine allocations only) */
@@ -147,8 +163,28 @@ uint64_t wm_params_active(const waste_ctx *ctx);
 int32_t we_init(we_cache *c, uint64_t slot_bytes, uint32_t n_slots, uint32_t n_banks, uint32_t n_experts,
                 int32_t policy, uint64_t seed);
 void we_free(we_cache *c);
-/* Returns the record of (layer bank b, expert e), loading it on a miss; pins the slot. */
-int32_t we_get(waste_ctx *ctx, uint32_t bank, uint32_t e, const uint8_t **rec);
+/* Starts fetching (bank b, expert e) and pins its slot (*slot): a hit, or a miss read into a
+ * victim slot on this thread (no readers) or queued to the reader pool. we_ready then waits
+ * for the read if needed and gives the record; we_unpin releases the slot after use. */
+int32_t we_fetch(waste_ctx *ctx, uint32_t bank, uint32_t e, int32_t *slot);
+int32_t we_ready(waste_ctx *ctx, int32_t slot, const uint8_t **rec);
+void we_unpin(we_cache *c, int32_t slot);
+/* Lookahead: queues a speculative read of (bank, e) into an evictable slot, pinned while in
+ * flight; nothing when it is cached, no slot or request is free, or there are no readers. */
+void we_speculate(waste_ctx *ctx, uint32_t bank, uint32_t e);
+/* After bank's layer: lands its guesses still in flight, releases their pins, counts the
+ * unconfirmed ones as wasted. */
+void we_settle_guesses(waste_ctx *ctx, uint32_t bank);
+/* Lands every read in flight and releases every pin (after a failed or aborted pass). */
+void we_drain(waste_ctx *ctx);
+/* The policy without I/O (we_get is lookup, read, install): counts the access; on a hit pins
+ * and returns the slot; on a miss returns -1 with *victim = the emptied slot the record must
+ * be read into (-1: none evictable). we_install maps it (pinned, 1 hit) once it is read. */
+int32_t we_lookup(we_cache *c, uint32_t bank, uint32_t e, int32_t *victim);
+void we_install(we_cache *c, int32_t s, uint32_t bank, uint32_t e);
+/* Tells the LAYER policy which bank is being computed and which of its experts the current
+ * token(s) select (needed[e] != 0; NULL = unknown); kept until the next call. */
+void we_begin_layer(we_cache *c, uint32_t bank, const uint8_t *needed);
 void we_unpin_all(we_cache *c);
 /* Fills empty slots from the highest access counts (ties: lower layer, then lower expert);
  * warmed slots start at 1 hit. Counts the reads in st_warm_bytes. */
@@ -167,6 +203,20 @@ int32_t wh_save(waste_ctx *ctx, const char *path);
 typedef struct { uint64_t s[4]; } ws_rng;
 void ws_seed(ws_rng *r, uint64_t seed);
 double ws_uniform(ws_rng *r);
-int32_t ws_sample(waste_ctx *ctx, const float *logits, uint32_t n, const waste_gen_params *p, ws_rng *r, float *logprob);
+/* (value, id) pairs the sampler orders; value first so a pair is 16 bytes. */
+struct ws_pair { double v; int32_t id; int32_t pad; };
+/* Samples from logits[0..n) (docs/ENGINE.md §2); work holds 2n pairs (ctx->sample_pairs),
+ * so nothing is allocated per token. *logprob = the log-softmax of logits at the id. */
+int32_t ws_sample(struct ws_pair *work, const float *logits, uint32_t n, const waste_gen_params *p, ws_rng *r,
+                  float *logprob);
+/* Logit processing in place, in order: logit bias, repetition penalty (ids with seen[j] or
+ * counts[j]), frequency and presence penalties (counts[j] = generated this call), then -inf
+ * for every id whose bit in allowed is clear. counts, seen, allowed may be NULL (that step
+ * off). With default params and NULLs nothing is written. */
+void ws_adjust(float *logits, uint32_t n, const waste_gen_params *p, const uint32_t *counts,
+               const uint8_t *seen, const uint32_t *allowed);
+/* The k (<= n) most likely ids of logits, descending (ties: lower id), with their
+ * log-softmax; NaN and -inf never listed. Returns how many were written. */
+uint32_t ws_top(const float *logits, uint32_t n, uint32_t k, int32_t *ids, float *lps);
 
 #endif

@@ -75,6 +75,7 @@ void wh_load(waste_ctx *ctx) {
     if (!buf) { ignore(ctx, "out of memory reading it"); close(fd); return; }
     wx_mem_add(ctx, bytes);
     int r = bytes ? wu_pread_full(fd, buf, bytes, USAGE_HEADER) : 0;
+    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);   /* merged into ctx->cache.counts: no second copy */
     close(fd);
     if (r != 0) ignore(ctx, "read failed");
     else {

@@ -72,9 +72,9 @@ static int32_t buffer_bytes(const wc_container *c, uint32_t ctx_tokens, uint32_t
         return WASTE_E_FORMAT;
     }
     /* xs, xn, acc [chunk][H]; 12 buffers [maxw]; scores [T]; logits [V] (floats); sampler
-     * pairs [V] x 16; sel, selw [chunk][k]; expert flags [E]; one embedding row. */
+     * pairs [2V] x 16; sel, selw [chunk][k]; expert flags [E]; one embedding row. */
     uint64_t floats = cadd(cadd(cmul(3ull * chunk, cf->hidden, &ovf), 12 * w, &ovf), (uint64_t)ctx_tokens + cf->vocab, &ovf);
-    uint64_t sc = cadd(cmul(floats, 4, &ovf), (uint64_t)cf->vocab * 16, &ovf);
+    uint64_t sc = cadd(cmul(floats, 4, &ovf), (uint64_t)cf->vocab * 32, &ovf);
     sc = cadd(sc, cmul(2ull * chunk * 4, k, &ovf), &ovf);
     sc = cadd(sc, (uint64_t)MAX(cf->n_experts, 1) + embed_row_bytes(c) + 64, &ovf);
     /* K3: the mix xm [H], the residual blocks [n_blocks][chunk][H], latent z and sum [chunk][Rz] x 2 */
@@ -341,7 +341,7 @@ int32_t wm_alloc_state(waste_ctx *ctx, uint64_t *bytes, char *err, uint64_t cap)
     ctx->acc = counted((uint64_t)chunk * c->hidden, sizeof(float), &sum);
     ctx->scores = counted(T, sizeof(float), &sum);
     ctx->logits = counted(c->vocab, sizeof(float), &sum);
-    ctx->sample_pairs = counted(c->vocab, 16, &sum);  /* struct ws_pair is {double, int32_t, pad} */
+    ctx->sample_pairs = counted(2 * (uint64_t)c->vocab, 16, &sum);  /* struct ws_pair is {double, int32_t, pad} */
     ctx->sel = counted((uint64_t)chunk * MAX(c->top_k, 1), sizeof(int32_t), &sum);
     ctx->selw = counted((uint64_t)chunk * MAX(c->top_k, 1), sizeof(float), &sum);
     ctx->expert_used = counted(MAX(c->n_experts, 1), 1, &sum);
@@ -609,6 +609,22 @@ static void route(waste_ctx *ctx, const wm_layer *L, const float *xn, int32_t *s
     }
 }
 
+/* Decode lookahead (docs/ENGINE.md §5): route the next MoE layer after l on layer l's FFN
+ * input (xn[0]) and queue speculative reads of its guesses that are not cached. Uses the
+ * router's scratch (buf[11]) after layer l's own routing is done. */
+static int32_t lookahead(waste_ctx *ctx, uint32_t l) {
+    const wc_config *c = &ctx->c.cfg;
+    uint32_t l2 = l + 1;
+    while (l2 < c->n_layers && !ctx->layers[l2].is_moe) l2++;
+    if (l2 >= c->n_layers) return WASTE_OK;
+    const wm_layer *L2 = &ctx->layers[l2];
+    int32_t gsel[WE_REQS / 2];
+    float gw[WE_REQS / 2];
+    route(ctx, L2, ctx->xn, gsel, gw);
+    for (uint32_t j = 0; j < c->top_k; j++) we_speculate(ctx, (uint32_t)L2->bank, (uint32_t)gsel[j]);
+    return WASTE_OK;
+}
+
 /* Routed experts on x, or on z = latent_down·x under a latent MoE (docs/ENGINE.md §4.2.2), summed
  * in ascending expert id; the latent sum is optionally RMS-normed and projected up to H.
  * Shared experts (on x, unscaled) come last, then the sum joins the residual stream. */
@@ -628,12 +644,29 @@ static int32_t moe_chunk(waste_ctx *ctx, uint32_t l, uint32_t n) {
         memset(eacc + (uint64_t)t * R, 0, R * sizeof(float));
     }
     const wc_bank *b = &ctx->c.banks[L->bank];
-    /* Ascending expert id: every token accumulates its experts in id order. */
+    uint32_t bank = (uint32_t)L->bank;
+    we_begin_layer(&ctx->cache, bank, ctx->expert_used);
+    /* Reads: with io_threads, a window of up to k of the layer's experts is fetched ahead (all
+     * of a decode token's misses queued at once; k more slots stay for the next layer's
+     * guesses, so a window never needs more than the min cache); without, one at a time. */
+    uint32_t W = ctx->io ? MIN(k, WE_REQS / 2) : 1, head = 0, count = 0, ei = 0;
+    int32_t win[WE_REQS];
+    /* Lookahead (decode only): the next MoE layer's router on this layer's FFN input guesses
+     * its experts; their reads are queued behind this layer's. The real router still decides. */
+    int guess = ctx->lookahead && ctx->io && n == 1 && k <= WE_REQS / 2;
+    /* Ascending expert id: every token accumulates its experts in id order, whatever order the
+     * reads land in (each expert waits for its own record). */
     for (uint32_t e = 0; e < c->n_experts; e++) {
         if (!ctx->expert_used[e]) continue;
-        const uint8_t *rec;
-        int32_t st = we_get(ctx, (uint32_t)L->bank, e, &rec);
-        if (st) return st;
+        int32_t st = WASTE_OK;
+        for (; count < W && ei < c->n_experts && st == WASTE_OK; ei++)
+            if (ctx->expert_used[ei]) st = we_fetch(ctx, bank, ei, &win[(head + count++) % WE_REQS]);
+        if (st == WASTE_OK && guess) { guess = 0; st = lookahead(ctx, l); }
+        int32_t slot = win[head];
+        head = (head + 1) % WE_REQS; count--;
+        const uint8_t *rec = NULL;
+        if (st == WASTE_OK) st = we_ready(ctx, slot, &rec);
+        if (st) { we_drain(ctx); return st; }
         const uint8_t *body = rec + 256;
         // record body: gate [I][R], up [I][R], down [R][I] (docs/FORMAT.md §5)
         wm_mat mg = {b->fmt, b->group, b->rows[0], b->cols[0], wf_row_bytes(b->fmt, b->group, b->cols[0]), body + b->block_off[0]};
@@ -648,8 +681,9 @@ static int32_t moe_chunk(waste_ctx *ctx, uint32_t l, uint32_t n) {
                 for (uint32_t i = 0; i < R; i++) a[i] += y[i] * w;
             }
         }
-        we_unpin_all(&ctx->cache);
+        we_unpin(&ctx->cache, slot);
     }
+    if (ctx->lookahead) we_settle_guesses(ctx, bank);
     // latent: lacc[t]: [Rz] -> (RMSNorm into buf[9]) -> acc[t]: [H]; then shared experts, then xs: [n][H] += acc
     for (uint32_t t = 0; t < n; t++) {
         float *a = ctx->acc + (uint64_t)t * H;

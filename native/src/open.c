@@ -34,6 +34,7 @@ int32_t wo_plan(const char *path, const waste_cfg *cfg, waste_plan *plan, char *
 void wo_free(waste_ctx *ctx) {
     if (!ctx) return;
     wp_destroy(ctx->pool);
+    wi_close(ctx->io);               /* lands every queued read before the slots are freed */
     we_free(&ctx->cache);
     if (ctx->layers) wm_free_state(ctx);
     free(ctx->layers);
@@ -114,6 +115,12 @@ int32_t wo_open(const char *path, const waste_cfg *cfg, waste_ctx **out, char *e
     ctx->n_threads = nt;
     st = wp_create(nt, ctx->cpus, &ctx->pool);
     if (st) { wu_errf(err, cap, "cannot start %u threads", nt); goto fail; }
+    if (cfg->io_threads) {
+        st = wi_open(cfg->io_threads, &ctx->io);
+        if (st) { wu_errf(err, cap, "cannot start %u reader threads", cfg->io_threads); goto fail; }
+    }
+    ctx->io_threads = cfg->io_threads;
+    ctx->lookahead = cfg->lookahead;
     ctx->k = wk_select(cfg->kernels, NULL);   /* api.c's check_cfg refused a set the CPU lacks */
     wm_reset_state(ctx);
     *out = ctx;

@@ -112,9 +112,47 @@ int32_t wg_generate(waste_ctx *ctx, const int32_t *prompt, uint64_t n, const was
     r.prompt_tokens = (uint32_t)done;
     r.prefill_ms = wu_now_ms() - t0;
     double pass_start = t0;
+    /* Logit processing state (docs/ENGINE.md §2 Logit processing): per call, only when asked. */
+    uint32_t vocab = ctx->c.cfg.vocab, n_words = (vocab + 31) / 32;
+    int penalties = params->presence_penalty != 0.0f || params->frequency_penalty != 0.0f ||
+                    params->repetition_penalty != 1.0f;
+    uint32_t *counts = NULL, *allowed = NULL;
+    uint8_t *seen = NULL;
+    uint64_t extra = 0;
+    if (st == WASTE_OK && penalties) {
+        counts = calloc(vocab, sizeof *counts);
+        seen = params->repetition_penalty != 1.0f ? calloc(vocab, 1) : NULL;
+        extra += (uint64_t)vocab * sizeof *counts + (seen ? vocab : 0);
+        if (!counts || (params->repetition_penalty != 1.0f && !seen)) {
+            wx_err(ctx, "out of memory for the penalty counts (%u ids)", vocab); st = WASTE_E_NOMEM;
+        } else if (seen) {
+            for (uint64_t i = 0; i < ctx->pos; i++) seen[ctx->ids[i]] = 1;
+        }
+    }
+    if (st == WASTE_OK && params->mask_cb) {
+        allowed = malloc((uint64_t)n_words * sizeof *allowed);
+        extra += (uint64_t)n_words * sizeof *allowed;
+        if (!allowed) { wx_err(ctx, "out of memory for the token mask (%u words)", n_words); st = WASTE_E_NOMEM; }
+    }
+    wx_mem_add(ctx, extra);
+    int32_t top_ids[WASTE_MAX_TOP_LOGPROBS];
+    float top_lps[WASTE_MAX_TOP_LOGPROBS];
     for (uint32_t idx = 0; st == WASTE_OK; idx++) {
         float lp;
-        int32_t tok = ws_sample(ctx, ctx->logits, ctx->c.cfg.vocab, params, &rng, &lp);
+        if (allowed) {
+            memset(allowed, 0xFF, (uint64_t)n_words * sizeof *allowed);
+            if (vocab % 32) allowed[n_words - 1] = (1u << (vocab % 32)) - 1u;
+            if (params->mask_cb(idx, allowed, n_words, params->mask_user)) { r.stop_reason = WASTE_STOP_CALLBACK; break; }
+            if (vocab % 32) allowed[n_words - 1] &= (1u << (vocab % 32)) - 1u;   /* no id >= vocab */
+            uint32_t any = 0;
+            for (uint32_t w = 0; w < n_words; w++) any |= allowed[w];
+            if (!any) { wx_err(ctx, "the mask allows no token (token %u)", idx); st = WASTE_E_ARG; break; }
+        }
+        if (params->n_logit_bias || counts || allowed)
+            ws_adjust(ctx->logits, vocab, params, counts, seen, allowed);
+        int32_t tok = ws_sample(ctx->sample_pairs, ctx->logits, vocab, params, &rng, &lp);
+        if (counts) counts[tok]++;
+        uint32_t n_top = ws_top(ctx->logits, vocab, params->n_top_logprobs, top_ids, top_lps);
         int is_stop = 0;
         for (uint32_t i = 0; i < params->n_stop_ids; i++) if (params->stop_ids[i] == tok) is_stop = 1;
         int max_hit = params->max_tokens && idx + 1 >= params->max_tokens;
@@ -133,6 +171,7 @@ int32_t wg_generate(waste_ctx *ctx, const int32_t *prompt, uint64_t n, const was
             st = WASTE_E_NOMEM; ctx->poisoned = 1; break;
         }
         info.piece = piece; info.piece_len = plen;
+        info.n_top = n_top; info.top_ids = top_ids; info.top_logprobs = top_lps;
         int32_t stop_cb = cb ? cb(&info, user) : 0;
         r.tokens_generated = idx + 1;
         if (is_stop) { r.stop_reason = WASTE_STOP_TOKEN; break; }
@@ -148,6 +187,8 @@ int32_t wg_generate(waste_ctx *ctx, const int32_t *prompt, uint64_t n, const was
         }
     }
     wsys_unpin_caller(&pin);
+    free(counts); free(seen); free(allowed);
+    wx_mem_sub(ctx, extra);
     /* Bytes still held (no final flush: callback stop, abort, error) go to the result. */
     memcpy(r.tail, ps.hold, ps.n_hold);
     r.tail_len = ps.n_hold;

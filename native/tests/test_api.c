@@ -18,7 +18,7 @@ int main(void) {
     CHECK(waste_usable_ram() > (1u << 20));
 
     waste_cfg cfg; waste_cfg_init(&cfg);
-    CHECK(cfg.struct_size == sizeof cfg && cfg.direct_io == 1 && cfg.cache_policy == WASTE_CACHE_LFRU);
+    CHECK(cfg.struct_size == sizeof cfg && cfg.direct_io == 1 && cfg.cache_policy == WASTE_CACHE_LAYER);
     char err[256];
     waste_ctx *ctx = (waste_ctx *)&cfg;
     int32_t st = waste_open("/nonexistent/model.waste", &cfg, &ctx, err, sizeof err);
@@ -29,9 +29,16 @@ int main(void) {
     st = waste_open("/nonexistent", &cfg, &ctx, err, sizeof err);
     CHECK(st == WASTE_E_ARG && strstr(err, "struct_size") != NULL);
     waste_cfg_init(&cfg);
-    cfg.io_threads = 2;
+    cfg.io_threads = 65;
     st = waste_open("/nonexistent", &cfg, &ctx, err, sizeof err);
-    CHECK(st == WASTE_E_UNSUPPORTED && strstr(err, "io_threads") != NULL);
+    CHECK(st == WASTE_E_ARG && strstr(err, "io_threads") != NULL);
+    cfg.io_threads = 0; cfg.lookahead = 1;
+    st = waste_open("/nonexistent", &cfg, &ctx, err, sizeof err);
+    CHECK(st == WASTE_E_ARG && strstr(err, "lookahead needs cfg.io_threads") != NULL);
+    cfg.io_threads = 2; cfg.lookahead = 2;
+    st = waste_open("/nonexistent", &cfg, &ctx, err, sizeof err);
+    CHECK(st == WASTE_E_ARG && strstr(err, "lookahead 2") != NULL);
+    waste_cfg_init(&cfg);
     CHECK(waste_open(NULL, NULL, &ctx, err, sizeof err) == WASTE_E_ARG);
     CHECK(waste_open("/x", NULL, NULL, err, 0) == WASTE_E_ARG);
 

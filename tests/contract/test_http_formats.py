@@ -80,7 +80,6 @@ def test_kimi_linear_tools_round_trip(kimi_linear):
     (chat("x", thinking=True), "thinking"),
     (chat("x", tool_choice="required", tools=[{"type": "function", "function": {"name": "f"}}]),
      "tool_choice"),
-    (chat("x", response_format={"type": "json_object"}), "response_format"),
 ])
 def test_kimi_linear_refuses_what_it_cannot_express(kimi_linear, body, param):
     with httpx.Client(base_url=kimi_linear[0]) as c:

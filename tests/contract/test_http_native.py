@@ -160,3 +160,78 @@ def test_open_logs_the_warm_up_before_and_after(native, native_container, tmp_pa
     assert f"warming the expert cache from {usage} ({entries} hotlist entries)" in text
     assert "expert slots warmed" in text
     assert entries > 0
+
+
+def test_logit_bias_and_penalties_reach_the_sampler(client):
+    target = 300  # an ordinary byte-level id of the synthetic vocabulary
+    body = client.post("/v1/completions", json={"prompt": "Once upon", "max_tokens": 6, "temperature": 1,
+                                                  "seed": 4, "logit_bias": {str(target): 100}}).json()
+    plain = client.post("/v1/completions", json={"prompt": "Once upon", "max_tokens": 6, "temperature": 1,
+                                                   "seed": 4}).json()
+    assert body["usage"]["completion_tokens"] == 6
+    assert body["choices"][0]["text"] != plain["choices"][0]["text"]
+    penalised = client.post("/v1/completions", json={"prompt": "Once upon", "max_tokens": 6, "temperature": 1,
+                                                       "seed": 4, "logit_bias": {str(target): 100},
+                                                       "frequency_penalty": 2, "presence_penalty": 2,
+                                                       "repetition_penalty": 3.0, "min_p": 0.2})
+    assert penalised.status_code == 200
+
+
+def test_a_logit_bias_id_outside_the_vocabulary_is_a_400(client):
+    vocab = client.get("/v1/models").json()["data"][0]["waste"]["vocab"]
+    response = client.post("/v1/chat/completions", json=chat("hi", logit_bias={str(vocab): 5}))
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == f"logit_bias.{vocab}"
+
+
+def test_reading_ahead_is_reported_in_waste_and_metrics(native, native_container):
+    """--io-threads and --lookahead reach libwaste; their statistics (guesses, hits of
+    guesses, wasted bytes, queue depth, disk-busy time) reach the ``waste`` object and
+    /metrics, and --plan prints both flags and the policy."""
+    from waste.adapters.native import NativeOptions, plan_memory
+
+    floor = plan_memory(native_container, NativeOptions(ctx_tokens=512, usage_path="")).floor_bytes
+    settings = Settings(model=str(native_container), ctx=512, usage="", max_tokens=16,
+                        budget=floor, io_threads=2, lookahead=True)
+    with running(engine_opener(settings), settings) as (base, app):
+        r = httpx.post(base + "/v1/chat/completions", json=chat("read ahead", temperature=0), timeout=60)
+        assert r.status_code == 200, r.text
+        since = r.json()["waste"]["since_start"]
+        assert since["io_threads"] == 2 and since["lookahead"] == 1
+        assert since["experts_missed"] > 0 and since["lookahead_guesses"] > 0
+        assert 0 <= since["lookahead_hits"] <= since["lookahead_guesses"]
+        assert since["lookahead_accuracy"] == since["lookahead_hits"] / since["lookahead_guesses"]
+        assert 1 <= since["io_queue_depth_max"] and since["disk_busy_s"] > 0
+        metrics = httpx.get(base + "/metrics", timeout=10).text
+        assert f"waste_lookahead_guesses_total {since['lookahead_guesses']}" in metrics
+        for name in ("waste_lookahead_hits_total", "waste_lookahead_wasted_bytes_total",
+                     "waste_io_queue_depth_max", "waste_disk_busy_seconds_total"):
+            assert f"\n{name} " in metrics
+    plan = subprocess.run([sys.executable, "-m", "waste", str(native_container), "--plan", "--io-threads", "4",
+                           "--lookahead", "--cache", "lru"], capture_output=True, text=True, timeout=60)
+    assert plan.returncode == 0, plan.stderr
+    assert "io_threads: 4 (up to 4 record reads in flight)" in plan.stdout
+    assert "lookahead: on" in plan.stdout and "cache_policy: lru" in plan.stdout
+
+
+def test_top_logprobs_through_the_openai_sdk(served):
+    import openai
+
+    client = openai.OpenAI(base_url=served[0] + "/v1", api_key="unused")
+    reply = client.chat.completions.create(model="synthetic", messages=[{"role": "user", "content": "Count"}],
+                                           temperature=0, max_tokens=12, logprobs=True, top_logprobs=5,
+                                           extra_body={"thinking": False})
+    entries = reply.choices[0].logprobs.content
+    assert entries
+    for entry in entries:
+        assert len(entry.top_logprobs) == 5
+        values = [t.logprob for t in entry.top_logprobs]
+        assert values == sorted(values, reverse=True) and all(v <= 0 for v in values)
+        assert entry.logprob == values[0]  # greedy draws the most likely
+        assert all(bytes(t.bytes).decode("utf-8", "replace") == t.token for t in entry.top_logprobs)
+    # completions: logprobs=N gives N alternatives per token
+    done = client.completions.create(model="synthetic", prompt="Once upon", max_tokens=6, temperature=0,
+                                     logprobs=3)
+    lp = done.choices[0].logprobs
+    assert len(lp.top_logprobs) == len(lp.tokens) and all(1 <= len(t) <= 3 for t in lp.top_logprobs)
+    assert all(max(t.values()) == v for t, v in zip(lp.top_logprobs, lp.token_logprobs))

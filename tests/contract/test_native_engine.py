@@ -446,11 +446,11 @@ def test_a_library_of_another_api_version_is_refused(native, tmp_path):
 def test_options_from_the_server_settings(native):
     settings = Settings(model="m.waste", budget=3 << 30, ctx=8192, threads=2, cpus="0-1",
                         cache="lru", direct_io=False, vision=True, verify=True,
-                        exclusive_open=True, usage="")
+                        exclusive_open=True, usage="", io_threads=3, lookahead=True)
     assert native.NativeOptions.from_settings(settings) == native.NativeOptions(
         ram_budget_bytes=3 << 30, ctx_tokens=8192, n_threads=2, cpu_list="0-1",
         cache_policy="lru", direct_io=False, vision=True, verify=True, exclusive_open=True,
-        usage_path="")
+        usage_path="", io_threads=3, lookahead=1)
     tokenizer = native.NativeOptions.from_settings(settings).for_tokenizer()
     assert tokenizer.tokenizer_only and not tokenizer.exclusive_open and tokenizer.usage_path == ""
 

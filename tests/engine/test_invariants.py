@@ -243,7 +243,7 @@ def test_cpu_pinning_changes_nothing(containers):
     assert os.sched_getaffinity(0) == before  # the caller's mask is restored after each call
 
 
-@pytest.mark.parametrize("policy", [0, 1])
+@pytest.mark.parametrize("policy", [0, 1, 2])   # lfru, lru, layer
 def test_floor_budget_cache_is_exact(containers, policy):
     path = containers["f32"]
     plan = plan_of(path)
@@ -256,3 +256,34 @@ def test_floor_budget_cache_is_exact(containers, policy):
         assert same_bytes(full.eval(ids[:20]), floor.eval(ids[:20]))
         s = floor.stats()
         assert s.misses > full.stats().misses and s.reads == s.misses   # evictions really happened
+
+
+@pytest.mark.parametrize("io_threads,lookahead", [(1, 0), (2, 0), (2, 1), (4, 1)])
+@pytest.mark.parametrize("budget", ["floor", "floor+3", "all"])
+@pytest.mark.parametrize("policy", [0, 2])   # lfru, layer
+def test_reader_threads_and_lookahead_are_exact(containers, io_threads, lookahead, budget, policy):
+    """docs/ENGINE.md §7: read-ahead and lookahead on vs off, 1 vs n I/O threads: identical logits,
+    per token (decode, where lookahead guesses) and for a chunked prefill (the window slides
+    over more experts than it may pin at once)."""
+    path = containers["int8"]
+    plan = plan_of(path)
+    ram = {"floor": plan.floor_bytes, "floor+3": plan.floor_bytes + 3 * plan.record_bytes, "all": 0}[budget]
+    ids = prompt_of(40, 10_000)
+    with open_ctx(path, ram_budget_bytes=ram, cache_policy=policy) as serial, \
+            open_ctx(path, ram_budget_bytes=ram, cache_policy=policy, io_threads=io_threads,
+                     lookahead=lookahead) as ahead:
+        ids = [t % serial.vocab for t in ids]
+        assert same_bytes(per_token(serial, ids), per_token(ahead, ids))
+        serial.reset()
+        ahead.reset()
+        assert same_bytes(serial.eval(ids), ahead.eval(ids))
+        s, a = serial.stats(), ahead.stats()
+        assert a.io_threads == io_threads and a.lookahead == lookahead
+        assert s.guesses == 0 and a.queue_depth_max >= 1
+        if budget != "all":
+            assert a.misses > 0 and a.reads == a.misses - a.guess_hits + a.guesses   # a confirmed guess is a miss read once
+        if lookahead and budget != "all":
+            assert a.guesses > 0 and a.guess_hits <= a.guesses
+            assert a.wasted_bytes <= a.guesses * plan.record_bytes
+        if lookahead == 0:
+            assert a.guesses == 0 and a.wasted_bytes == 0

@@ -373,8 +373,6 @@ class TestCheckRequest:
         ("kimi", dict(tools_nonempty=True,
                       tool_choice={"type": "function", "function": {"name": "f"}}),
          "tool_choice", "tool"),
-        ("kimi", dict(response_format_type="json_object"), "response_format", "json_object"),
-        ("glm", dict(response_format_type="json_schema"), "response_format", "json_schema"),
         ("kimi", dict(has_images=True), "messages[0].content[1]", "image"),
     ])
     def test_refused(self, fmt_name, asked, param, words):

@@ -210,8 +210,7 @@ CHAT_REFUSALS = [
     ("stream_options list", chat(stream=True, stream_options=[]), TYPE, "stream_options", "object"),
     ("include_usage string", chat(stream=True, stream_options={"include_usage": "yes"}), TYPE, "stream_options.include_usage", "boolean"),
     ("include_usage number", chat(stream=True, stream_options={"include_usage": 1}), TYPE, "stream_options.include_usage", "boolean"),
-    ("top_logprobs one", chat(logprobs=True, top_logprobs=1), UNSUP, "top_logprobs", "sampled token"),
-    ("top_logprobs 20", chat(top_logprobs=20), UNSUP, "top_logprobs", "not supported"),
+    ("top_logprobs without logprobs", chat(top_logprobs=20), VALUE, "top_logprobs", "needs logprobs"),
     ("top_logprobs 21", chat(top_logprobs=21), VALUE, "top_logprobs", "between 0 and 20"),
     ("top_logprobs negative", chat(top_logprobs=-1), VALUE, "top_logprobs", "between 0 and 20"),
     ("top_logprobs float", chat(top_logprobs=0.0), TYPE, "top_logprobs", "integer"),
@@ -274,9 +273,8 @@ COMPLETION_REFUSALS = [
     ("stream_options when streaming", prompt(stream=True, stream_options={"include_usage": "yes"}), TYPE, "stream_options.include_usage", "boolean"),
     ("logprobs bool", prompt(logprobs=False), TYPE, "logprobs", "boolean"),
     ("logprobs float", prompt(logprobs=0.0), TYPE, "logprobs", "integer"),
-    ("logprobs one", prompt(logprobs=1), UNSUP, "logprobs", "logprobs=0"),
-    ("logprobs five", prompt(logprobs=5), UNSUP, "logprobs", "sampled token"),
-    ("logprobs negative", prompt(logprobs=-1), VALUE, "logprobs", "0 or more"),
+    ("logprobs 21", prompt(logprobs=21), VALUE, "logprobs", "between 0 and 20"),
+    ("logprobs negative", prompt(logprobs=-1), VALUE, "logprobs", "between 0 and 20"),
     ("echo true", prompt(echo=True), UNSUP, "echo", "echo=false"),
     ("echo string", prompt(echo="false"), TYPE, "echo", "boolean"),
     ("suffix string", prompt(suffix="end"), UNSUP, "suffix", "suffix"),
@@ -481,7 +479,7 @@ def test_open_webui_body_with_unknown_fields():
 def test_unknown_fields_of_any_type_are_ignored():
     base = parse_chat_request(chat())
     for value in (None, 1, 1.5, True, "x", [], [1, [2]], {"a": {"b": []}}):
-        body = chat(frequency_penalty=value, model=value, user=value, metadata=value, logit_bias=value, zzz=value)
+        body = chat(model=value, user=value, metadata=value, zzz=value)
         assert parse_chat_request(body) == base
 
 
@@ -785,3 +783,41 @@ def test_byte_depth_scan_matches_recursion(value, ascii_only, indent):
 def test_byte_depth_scan_escapes(text):
     for value in ([text], {text: [[text]]}, [[{"k": text}], text]):
         assert nesting_depth(json.dumps(value).encode()) == true_depth(value)
+
+
+# -- sampling controls (docs/HTTP.md §2.2; the engine applies them, docs/ENGINE.md §2) -------
+
+
+def test_sampling_controls_are_parsed():
+    req = parse_chat_request(chat(presence_penalty=0.5, frequency_penalty=-1, repetition_penalty=1.2,
+                                  min_p=0.1, logit_bias={"7": 100, "3": -2.5}))
+    assert (req.presence_penalty, req.frequency_penalty, req.repetition_penalty, req.min_p) == (0.5, -1.0, 1.2, 0.1)
+    assert req.logit_bias == ((3, -2.5), (7, 100.0))
+    assert parse_chat_request(chat()).logit_bias == ()
+
+
+@pytest.mark.parametrize("field,value,param", [
+    ("presence_penalty", 2.5, "presence_penalty"), ("frequency_penalty", "1", "frequency_penalty"),
+    ("repetition_penalty", 0, "repetition_penalty"), ("min_p", 1.01, "min_p"),
+    ("logit_bias", [1], "logit_bias"), ("logit_bias", {"x": 1}, "logit_bias.x"),
+    ("logit_bias", {"-1": 1}, "logit_bias.-1"), ("logit_bias", {"5": 101}, "logit_bias.5"),
+    ("logit_bias", {"5": "1"}, "logit_bias.5"),
+])
+def test_bad_sampling_controls_name_the_field(field, value, param):
+    with pytest.raises(InvalidRequest) as info:
+        parse_chat_request(chat(**{field: value}))
+    assert info.value.param == param
+
+
+def test_logit_bias_ids_are_checked_against_the_vocabulary():
+    from waste.domain.requests.fields import check_logit_bias_ids
+    check_logit_bias_ids(((0, 1.0), (99, 1.0)), 100)
+    with pytest.raises(InvalidRequest) as info:
+        check_logit_bias_ids(((0, 1.0), (100, 1.0)), 100)
+    assert info.value.param == "logit_bias.100"
+
+
+def test_top_logprobs_are_parsed():
+    assert parse_chat_request(chat(logprobs=True, top_logprobs=20)).top_logprobs == 20
+    assert parse_completion_request({"prompt": "x", "logprobs": 5}).top_logprobs == 5
+    assert parse_completion_request({"prompt": "x", "logprobs": 0}).logprobs is True

@@ -81,6 +81,12 @@ def _print_plan(settings: Settings) -> int:
         print(f"{key:>20}: {value}")
     if refused:
         print(f"{'this_machine':>20}: does not fit ({refused})")
+    # How the experts would be read (docs/ENGINE.md §5): the policy and the read-ahead flags.
+    print(f"{'cache_policy':>20}: {settings.cache}")
+    print(f"{'io_threads':>20}: {settings.io_threads}"
+          + (" (reads on the computing thread)" if not settings.io_threads
+             else f" (up to {settings.io_threads} record reads in flight)"))
+    print(f"{'lookahead':>20}: {'on (next MoE layer guessed while decoding)' if settings.lookahead else 'off'}")
     return 0
 
 

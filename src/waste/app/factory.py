@@ -55,6 +55,12 @@ async def _already_open(engine: Any) -> AsyncIterator[tuple[Engine, Tokenizer]]:
     yield engine, engine
 
 
+def _llguidance(tokenizer: Tokenizer, info: Any, eos_id: int) -> Any:
+    from waste.adapters.grammar import LlguidanceCompiler
+
+    return LlguidanceCompiler(tokenizer, info.vocab, info.n_base_vocab, eos_id)
+
+
 def create_app(engine: Any, settings: Settings) -> QuartTrio:
     """An ASGI app serving ``engine``.
 
@@ -78,7 +84,8 @@ def create_app(engine: Any, settings: Settings) -> QuartTrio:
         keepalive_s=settings.keepalive_s, body_timeout_s=settings.body_timeout_s)
     service = GenerationService(opener=opener, max_queue=settings.max_queue,
                                 shutdown_grace_s=settings.shutdown_grace_s)
-    state = ServerState(config=config, service=service, decode_images=decode_images)
+    state = ServerState(config=config, service=service, decode_images=decode_images,
+                        grammar_factory=_llguidance)
     service.on_open = state.resolve_chat_format
     app = QuartTrio("waste")
     app.config["RESPONSE_TIMEOUT"] = None  # long generations must not be cut at 60 s

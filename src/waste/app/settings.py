@@ -28,8 +28,10 @@ class Settings:
     budget: int = 0
     ctx: int = 0
     threads: int = 0
+    io_threads: int = 0
+    lookahead: bool = False
     cpus: str | None = None
-    cache: str = "lfru"
+    cache: str = "layer"
     direct_io: bool = True
     vision: bool = False
     verify: bool = False
@@ -105,8 +107,9 @@ _VALUED = {
     "budget": ("budget", parse_size),
     "ctx": ("ctx", lambda t, w: _parse_int(t, w)),
     "threads": ("threads", lambda t, w: _parse_int(t, w)),
+    "io-threads": ("io_threads", lambda t, w: _parse_int(t, w, 0, 64)),
     "cpus": ("cpus", _check_cpus),
-    "cache": ("cache", lambda t, w: _choice(t, w, ("lfru", "lru"))),
+    "cache": ("cache", lambda t, w: _choice(t, w, ("layer", "lfru", "lru"))),
     "usage": ("usage", lambda t, w: t),
     "max-tokens": ("max_tokens", lambda t, w: _parse_int(t, w, 1)),
     "max-queue": ("max_queue", lambda t, w: _parse_int(t, w, 0)),
@@ -117,7 +120,7 @@ _SWITCHES = {
     "no-direct-io": ("direct_io", False), "vision": ("vision", True),
     "verify": ("verify", True), "exclusive-open": ("exclusive_open", True),
     "no-thinking": ("thinking", False), "allow-local-images": ("allow_local_images", True),
-    "plan": ("plan", True), "version": ("version", True),
+    "plan": ("plan", True), "version": ("version", True), "lookahead": ("lookahead", True),
 }
 _NOT_FROM_ASGI_ENV = {"host", "port", "plan", "version"}
 

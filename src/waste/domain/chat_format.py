@@ -38,6 +38,9 @@ class ChatPlan:
     stop_ids: tuple[int, ...]
     thinking: bool
     new_reader: Callable[[], ReplyReader]
+    #: markup that closes the answer and the message (a response_format grammar ends with
+    #: it, forced); empty: the first stop id does
+    answer_end: str = ""
 
 
 class ChatFormat(Protocol):

@@ -8,10 +8,11 @@ method. Engine failures are the ``EngineError`` family defined here, beside the 
 
 from __future__ import annotations
 
-from typing import Callable, ClassVar, Protocol, Sequence
+from typing import Any, Callable, ClassVar, Protocol, Sequence
 
 import attrs
 
+from waste.domain.reply.constraint import TokenMatcher
 from waste.domain.requests.messages import ImagePart
 
 # -- engine errors ----------------------------------------------------------------------------
@@ -144,6 +145,14 @@ class SamplingParams:
     seed: int = 0
     max_tokens: int = 4096
     stop_ids: tuple[int, ...] = ()
+    #: Logit processing (docs/ENGINE.md §2 Logit processing); the defaults change nothing.
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    min_p: float = 0.0
+    #: how many alternatives each TokenEvent carries in ``top`` (0-20)
+    top_logprobs: int = 0
 
 
 @attrs.frozen(kw_only=True)
@@ -177,9 +186,31 @@ class TokenEvent:
     piece: bytes
     logprob: float
     is_stop: bool
+    #: the ``SamplingParams.top_logprobs`` most likely ids, descending: (id, its raw bytes
+    #: (not necessarily UTF-8 on their own), logprob); the same logprob space as ``logprob``
+    top: tuple[tuple[int, bytes, float], ...] = ()
     experts_hit: int = 0
     experts_missed: int = 0
     bytes_read: int = 0
+
+
+#: The allowed-token mask (docs/ENGINE.md §2 Logit processing): called before each token
+#: with its 0-based index and the vocab-sized bitset (uint32 words, bit ``id % 32`` of word
+#: ``id // 32``; every id allowed on entry); it clears the forbidden ids' bits and returns
+#: True to stop before the token. Runs on the engine's thread, between tokens.
+MaskFiller = Callable[[int, memoryview], bool]
+
+
+class GrammarCompiler(Protocol):
+    """Compiles a response_format's JSON schema into token matchers (docs/DECISIONS.md,
+    constrained answers); ``waste.adapters.grammar`` implements it with llguidance."""
+
+    def json_schema(self, schema: dict[str, Any] | None,
+                    param: str) -> Callable[[tuple[int, ...]], TokenMatcher]:
+        """A factory of matchers (given the answer's close ids) for ``schema``; None is any
+        JSON object. Blocking. Raises InvalidRequest naming the schema path of a feature the
+        compiler cannot enforce (``param`` extended by that path)."""
+        ...
 
 
 @attrs.frozen(kw_only=True)
@@ -214,6 +245,16 @@ class EngineStats:
     io_note: str | None
     budget_bytes: int
     peak_bytes: int
+    # Reading ahead (docs/ENGINE.md §5): reader threads, lookahead guesses and how many the
+    # router confirmed, bytes of unconfirmed guesses, the deepest read queue reached, and the
+    # seconds at least one read was in flight. Zero for an engine that does not read ahead.
+    io_threads: int = 0
+    lookahead: int = 0
+    guesses: int = 0
+    guess_hits: int = 0
+    wasted_bytes: int = 0
+    io_queue_depth_max: int = 0
+    disk_busy_s: float = 0.0
 
 
 # Returns True to stop generation (the client left, or a stop string matched).
@@ -317,10 +358,14 @@ class Engine(Protocol):
         ...
 
     def generate(self, prompt: Prompt, params: SamplingParams, on_token: TokenCallback, *,
-                 is_cancelled: Callable[[], bool] | None = None) -> GenerationResult:
+                 is_cancelled: Callable[[], bool] | None = None,
+                 mask: MaskFiller | None = None) -> GenerationResult:
         """Generate a reply to ``prompt`` from a fresh state: expand its images, prefill, then
         sample until a stop id, ``max_tokens`` (cut to the room the prompt leaves), a full
         context, or ``on_token`` returning True (``stop_reason`` ``callback``).
+
+        ``mask`` (when given) restricts each token to the ids it leaves allowed; ``params``
+        carries the logit processing (bias, penalties, min_p) and ``top_logprobs``.
 
         ``is_cancelled`` is asked once the state is fresh, before any work: True ends the
         call with Cancelled (an ``abort`` that came before the call started is not lost).

@@ -24,6 +24,7 @@ from waste.domain.errors import ContextLengthExceeded
 from waste.domain.ports import (Cancelled, ContextFull, Engine, GenerationResult, Prompt,
                                 PromptImage, SamplingParams, TokenEvent, Tokenizer)
 from waste.domain.reply.assembler import Output, ReplyAssembler
+from waste.domain.reply.constraint import AnswerConstraint
 
 log = logging.getLogger("waste.engine")
 SHUTDOWN_GRACE_S = 10.0
@@ -91,6 +92,8 @@ class Job:
     enqueued_at: float = attrs.field(factory=time.perf_counter)
     first_token_at: float | None = None  # perf_counter when the engine delivered token 0
     send: trio.MemorySendChannel | None = None
+    # A response_format grammar on the answer: the engine's mask, told every sampled token.
+    constraint: AnswerConstraint | None = None
 
 
 def _deliver(send: trio.MemorySendChannel, item: object) -> None:
@@ -312,6 +315,8 @@ class GenerationService:
             if job.first_token_at is None:
                 job.first_token_at = time.perf_counter()
             outputs = job.assembler.on_token(event)
+            if job.constraint is not None:
+                job.constraint.observe(event.token)
             if outputs:
                 deliver(Released(tuple(outputs)))
             return job.cancelled or self.aborting or job.assembler.should_stop
@@ -320,8 +325,10 @@ class GenerationService:
         try:
             # ``leave`` sets ``cancelled`` before it calls ``abort``: an abort that lands
             # before the engine's fresh start is seen through ``is_cancelled`` instead.
+            masked = {"mask": job.constraint} if job.constraint is not None else {}
             result = engine.generate(Prompt(ids=tuple(job.prompt), images=job.images),
-                                     job.params, on_token, is_cancelled=lambda: job.cancelled)
+                                     job.params, on_token, is_cancelled=lambda: job.cancelled,
+                                     **masked)
         except Cancelled:
             result = None  # aborted: the client left, or the shutdown grace ran out
         except ContextFull as exc:  # the prompt outgrew the context once images expanded

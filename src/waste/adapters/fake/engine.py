@@ -7,6 +7,8 @@ code. ``open_fake_engine`` owns it for a server's lifetime, as ``open_native_eng
 
 from __future__ import annotations
 
+import array
+
 import contextlib
 import json
 import threading
@@ -18,7 +20,7 @@ import attrs
 import trio
 
 from waste.domain.chatjson.load import marker_strings
-from waste.domain.ports import (Cancelled, EngineBusy, EngineStats, GenerationResult,
+from waste.domain.ports import (MaskFiller, Cancelled, EngineBusy, EngineStats, GenerationResult,
                                 InvalidArgument, ModelInfo, Prompt, PromptImage,
                                 SamplingParams, TokenCallback, TokenEvent, Unsupported,
                                 fit_to_context)
@@ -141,7 +143,8 @@ class FakeEngine:
 
     # -- generation -----------------------------------------------------------------------
     def generate(self, prompt: Prompt, params: SamplingParams, on_token: TokenCallback, *,
-                 is_cancelled: Callable[[], bool] | None = None) -> GenerationResult:
+                 is_cancelled: Callable[[], bool] | None = None,
+                 mask: MaskFiller | None = None) -> GenerationResult:
         with self._busy_call():
             self._reset()
             if is_cancelled is not None and is_cancelled():
@@ -150,7 +153,7 @@ class FakeEngine:
             if not ids:
                 raise InvalidArgument("fake engine: empty prompt")
             params = fit_to_context(params, len(ids), self._ctx)
-            return self._generate(ids, params, on_token)
+            return self._generate(ids, params, on_token, mask)
 
     def _reset(self) -> None:
         self._position = 0
@@ -178,7 +181,7 @@ class FakeEngine:
         return out
 
     def _generate(self, prompt: list[int], params: SamplingParams,
-                  on_token: TokenCallback) -> GenerationResult:
+                  on_token: TokenCallback, mask: MaskFiller | None = None) -> GenerationResult:
         self.record.prompts.append(prompt)
         self.record.positions_at_generate.append(self._position)
         self.record.generated.append(0)
@@ -189,7 +192,7 @@ class FakeEngine:
             prefill_ms = (time.perf_counter() - started) * 1000
             tokens, rule = plan_reply(self.vocab, self.script, prompt)
             decode_started = time.perf_counter()
-            reason = self._decode(tokens, rule, params, on_token)
+            reason = self._decode(tokens, rule, params, on_token, mask)
         except Cancelled:
             self.record.stop_reasons.append("cancelled")
             raise
@@ -204,19 +207,46 @@ class FakeEngine:
             prefill_ms=prefill_ms, decode_ms=(time.perf_counter() - decode_started) * 1000,
             direct_io=True)
 
+    def _masked(self, mask: MaskFiller, n: int, token: int) -> int | None:
+        """The scripted token if the mask allows it, else the lowest allowed id (a script has
+        no distribution to renormalise); None when the mask stops generation."""
+        size = self.vocab.size
+        words = array.array("I", [0xFFFFFFFF]) * ((size + 31) // 32)
+        if size % 32:
+            words[-1] = (1 << (size % 32)) - 1
+        if mask(n, memoryview(words)):
+            return None
+        if (words[token // 32] >> (token % 32)) & 1:
+            return token
+        for w, bits in enumerate(words):
+            if bits:
+                return w * 32 + (bits & -bits).bit_length() - 1
+        raise InvalidArgument(f"fake engine: the mask allows no token (token {n})")
+
     def _decode(self, tokens: list[int], rule: ReplyRule | None, params: SamplingParams,
-                on_token: TokenCallback) -> str:
-        """Deliver the scripted tokens; the stop reason. ``record.generated[-1]`` counts them."""
+                on_token: TokenCallback, mask: MaskFiller | None = None) -> str:
+        """Deliver the scripted tokens; the stop reason. ``record.generated[-1]`` counts them.
+        With a mask, a disallowed scripted token becomes the lowest allowed id and the script
+        runs on past its end (its last token repeated) until a stop id or max_tokens."""
         stop_ids = set(params.stop_ids)
+        if mask is not None and tokens:
+            tokens = list(tokens) + [tokens[-1]] * max(0, params.max_tokens - len(tokens))
         for n, token in enumerate(tokens):
+            if mask is not None:
+                chosen = self._masked(mask, n, token)
+                if chosen is None:
+                    return "callback"
+                token = chosen
             self._fail_if_scripted(rule, n)
             if n >= params.max_tokens:
                 return "max_tokens"
             if self._position >= self._ctx:
                 return "ctx_full"
             self._pause(self.script.token_delay_s)
+            # A script has no distribution: the scripted token is its only alternative.
+            top = ((token, self._piece(token), -0.5),) if params.top_logprobs else ()
             event = TokenEvent(index=n, token=token, piece=self._piece(token), logprob=-0.5,
-                               is_stop=token in stop_ids, experts_hit=3, experts_missed=1,
+                               is_stop=token in stop_ids, top=top, experts_hit=3, experts_missed=1,
                                bytes_read=_BYTES_PER_TOKEN)
             self._count_token()
             stop = on_token(event)

@@ -25,10 +25,12 @@ from waste.adapters.http.wire import (SSE_KEEPALIVE, ChatChunks, CompletionChunk
                                       chat_response, completion_response, dumps, new_id, sse,
                                       usage, waste_object)
 from waste.domain.reply.assembler import ReplyAssembler
+from waste.domain.reply.constraint import AnswerConstraint
 from waste.domain.reply.text import TextReader
 from waste.domain.ports import SamplingParams
 from waste.domain.errors import ContextLengthExceeded, InvalidRequest
 from waste.domain.requests import parse_chat_request, parse_completion_request, parse_json_body
+from waste.domain.requests.fields import check_logit_bias_ids
 from waste.service import Failed, Finished, Job, Released, ShuttingDown, Started
 
 
@@ -65,7 +67,11 @@ def _sampling(req, prompt_len: int, ctx: int, default_max: int, stop_ids, param:
     seed = req.seed if req.seed is not None else secrets.randbelow(2 ** 53)
     cap = min(req.max_tokens or default_max, ctx - prompt_len)
     return SamplingParams(temperature=req.temperature, top_p=req.top_p, top_k=req.top_k,
-                          seed=seed, max_tokens=cap, stop_ids=tuple(stop_ids))
+                          seed=seed, max_tokens=cap, stop_ids=tuple(stop_ids),
+                          logit_bias=req.logit_bias, presence_penalty=req.presence_penalty,
+                          frequency_penalty=req.frequency_penalty,
+                          repetition_penalty=req.repetition_penalty, min_p=req.min_p,
+                          top_logprobs=req.top_logprobs)
 
 
 async def chat_completions(state: ServerState) -> Response:
@@ -74,6 +80,7 @@ async def chat_completions(state: ServerState) -> Response:
     fmt = state.chat_format
     fmt.require_usable()
     req = await parse_work(state, _parse_chat, fmt, body)
+    check_logit_bias_ids(req.logit_bias, info.vocab)
     images = await _decode_images(state, req, vision=info.vision) if req.image_parts else []
     plan = await parse_work(state, functools.partial(
         fmt.plan, req, default_thinking=state.config.thinking_default,
@@ -81,8 +88,10 @@ async def chat_completions(state: ServerState) -> Response:
     prompt = await state.tokenize_segments(plan.segments)
     params = _sampling(req, len(prompt), info.ctx_tokens, state.config.max_tokens,
                        plan.stop_ids, "messages")
+    assembler = ReplyAssembler.create(plan.new_reader(), req.stop)
     job = Job(prompt=prompt, params=params, images=tuple(images), ctx_param="messages",
-              assembler=ReplyAssembler.create(plan.new_reader(), req.stop))
+              assembler=assembler,
+              constraint=await _answer_constraint(state, req, plan, assembler))
     return await _answer(state, job, req, "chatcmpl-", ChatChunks, chat_response)
 
 
@@ -101,10 +110,36 @@ async def _decode_images(state: ServerState, req, *, vision: bool) -> list:
         allow_local=state.config.allow_local_images), limiter=state.image_limiter)
 
 
+async def _answer_constraint(state: ServerState, req, plan, assembler) -> AnswerConstraint | None:
+    """The grammar a json_object / json_schema response_format puts on the answer."""
+    kind = (req.response_format or {}).get("type")
+    if kind not in ("json_object", "json_schema"):
+        return None
+    if state.grammar is None or not plan.stop_ids:
+        raise InvalidRequest("This model's chat format cannot constrain a response_format answer.",
+                             "response_format", "unsupported_value")
+    schema = None
+    param = "response_format"
+    if kind == "json_schema":
+        spec = req.response_format.get("json_schema") or {}
+        schema = spec.get("schema")
+        param = "response_format.json_schema.schema"
+        if schema is None:
+            raise InvalidRequest("response_format.json_schema.schema is required for a json_schema "
+                                 "response.", param, "missing_required_parameter")
+    factory = await state.call_tokenizer(state.grammar.json_schema, schema, param)
+    tokenizer = state.service.tokenizer
+    assert tokenizer is not None, "a chat format resolved, so the engine is open"
+    end = tuple(await state.call_tokenizer(tokenizer.tokenize_markup, plan.answer_end)) \
+        if plan.answer_end else plan.stop_ids[:1]
+    return AnswerConstraint(reader=assembler.reader, matcher=factory(end[:1]), end_sequence=end)
+
+
 async def completions(state: ServerState) -> Response:
     body = await read_json_body(state)
     info = state.require_loaded()
     req = await parse_work(state, parse_completion_request, body)
+    check_logit_bias_ids(req.logit_bias, info.vocab)
     state.require_tokenizer("prompt")
     tokenizer = state.tokenizer
     prompt = await state.call_tokenizer(tokenizer.tokenize, req.prompt)

@@ -160,6 +160,16 @@ class _Scrape:
                            stats.bytes_read)
             yield _gauge("waste_direct_io", "1 when experts are read with O_DIRECT",
                          int(stats.direct_io))
+            yield _counter("waste_lookahead_guesses", "Speculative expert reads issued by the "
+                           "router lookahead", stats.guesses)
+            yield _counter("waste_lookahead_hits", "Lookahead guesses the real router then "
+                           "selected", stats.guess_hits)
+            yield _counter("waste_lookahead_wasted_bytes", "Bytes of lookahead guesses never "
+                           "selected by the token they were read for", stats.wasted_bytes)
+            yield _gauge("waste_io_queue_depth_max", "Most expert reads queued or in flight at "
+                         "once in the reader pool", stats.io_queue_depth_max)
+            yield _counter("waste_disk_busy_seconds", "Time at least one expert read was in "
+                           "flight", stats.disk_busy_s)
             yield _gauge("waste_memory_budget_bytes", "The memory budget", stats.budget_bytes)
             yield _gauge("waste_memory_peak_bytes", "Peak memory the engine accounted",
                          stats.peak_bytes)

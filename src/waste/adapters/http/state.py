@@ -15,7 +15,7 @@ from waste.adapters.http.config import HttpConfig
 from waste.adapters.http.metrics import Metrics
 from waste.domain.chat_format import ChatFormat, NoFormat
 from waste.domain.format_choice import select_chat_format
-from waste.domain.ports import (Engine, EngineError, ImageDecoder, ModelInfo, Tokenizer,
+from waste.domain.ports import (Engine, EngineError, GrammarCompiler, ImageDecoder, ModelInfo, Tokenizer,
                                 Unsupported)
 from waste.domain.errors import InvalidRequest
 from waste.domain.segments import Segment
@@ -46,6 +46,9 @@ class ServerState:
     uploads: set[trio.CancelScope] = attrs.field(factory=set)
     # Why the container cannot tokenize (it was converted without tokenizer files), or None.
     no_tokenizer: str | None = None
+    # Builds the response_format grammar compiler once the engine is open (chosen by app).
+    grammar_factory: Callable[[Tokenizer, ModelInfo, int], GrammarCompiler] | None = None
+    grammar: GrammarCompiler | None = None
 
     async def resolve_chat_format(self) -> None:
         """Choose the chat format once the engine is open; a container without a usable one
@@ -69,6 +72,9 @@ class ServerState:
                     f"No usable chat format: {self.no_tokenizer}, so neither the XTML markers "
                     "nor a chat.json can be tokenized"))
         self.chat_format = chat_format
+        if self.grammar_factory is not None and chat_format.end_ids:
+            # Cheap: the vocabulary is read on the first constrained request.
+            self.grammar = self.grammar_factory(tokenizer, info, chat_format.end_ids[0])
         self.info = info  # last: /health says "ok" once everything above is known
         self._log_format()
 

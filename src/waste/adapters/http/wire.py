@@ -62,6 +62,11 @@ def waste_object(*, prompt_tokens: int, result: GenerationResult | None, queue_m
             "expert_hit_rate": hit_rate(stats.experts_hit, stats.experts_missed),
             "bytes_read": stats.bytes_read, "direct_io": stats.direct_io,
             "io_note": stats.io_note,
+            "io_threads": stats.io_threads, "lookahead": stats.lookahead,
+            "lookahead_guesses": stats.guesses, "lookahead_hits": stats.guess_hits,
+            "lookahead_accuracy": stats.guess_hits / stats.guesses if stats.guesses else None,
+            "lookahead_wasted_bytes": stats.wasted_bytes,
+            "io_queue_depth_max": stats.io_queue_depth_max, "disk_busy_s": round(stats.disk_busy_s, 6),
         },
     }
 
@@ -78,18 +83,22 @@ def usage(prompt_tokens: int, completion_tokens: int, reasoning_tokens: int | No
 def logprob_entries(pieces: tuple[ContentPiece, ...] | list[ContentPiece]) -> list[dict]:
     """Chat logprob entries: one per token that added content (docs/HTTP.md §3.3)."""
     return [{"token": p.text, "logprob": p.logprob if p.logprob is not None else 0.0,
-             "bytes": list(p.text.encode("utf-8")), "top_logprobs": []} for p in pieces]
+             "bytes": list(p.text.encode("utf-8")),
+             "top_logprobs": [{"token": raw.decode("utf-8", "replace"), "logprob": lp, "bytes": list(raw)}
+                              for raw, lp in p.top]} for p in pieces]
 
 
 def completion_logprobs(pieces, offset: int = 0) -> dict:
     """Completions-style logprobs: tokens, token_logprobs, top_logprobs, text_offset."""
-    tokens, lps, offsets = [], [], []
+    tokens, lps, offsets, tops = [], [], [], []
     for piece in pieces:
         tokens.append(piece.text)
         lps.append(piece.logprob if piece.logprob is not None else 0.0)
         offsets.append(offset)
         offset += len(piece.text)
-    return {"tokens": tokens, "token_logprobs": lps, "top_logprobs": None, "text_offset": offsets}
+        tops.append({raw.decode("utf-8", "replace"): lp for raw, lp in piece.top})
+    top = tops if any(piece.top for piece in pieces) else None
+    return {"tokens": tokens, "token_logprobs": lps, "top_logprobs": top, "text_offset": offsets}
 
 
 # -- streams -----------------------------------------------------------------------------------

@@ -19,8 +19,10 @@ STATIC_LIBRARY = NATIVE / "build" / "libwaste.a"
 CDEF_BEGIN = "/* WASTE_CDEF_BEGIN */"
 CDEF_END = "/* WASTE_CDEF_END */"
 
-# The single Python entry point C may call: generate's token callback (docs/ENGINE.md §2).
-CALLBACK_CDEF = 'extern "Python" int32_t _waste_on_token(const waste_token_info *info, void *user);\n'
+# The Python entry points C may call: generate's token and mask callbacks (docs/ENGINE.md §2).
+CALLBACK_CDEF = ('extern "Python" int32_t _waste_on_token(const waste_token_info *info, void *user);\n'
+                 'extern "Python" int32_t _waste_on_mask(uint32_t index, uint32_t *allowed, uint32_t n_words,'
+                 ' void *user);\n')
 
 
 def header_cdef(header: Path = HEADER) -> str:

@@ -177,7 +177,8 @@ def new_cfg(options: NativeOptions, keep: list[Any]) -> Any:
     cfg.ctx_tokens = options.ctx_tokens
     cfg.ram_budget_bytes = options.ram_budget_bytes
     cfg.n_threads = options.n_threads
-    cfg.cache_policy = lib.WASTE_CACHE_LRU if options.cache_policy == "lru" else lib.WASTE_CACHE_LFRU
+    cfg.cache_policy = {"lru": lib.WASTE_CACHE_LRU, "lfru": lib.WASTE_CACHE_LFRU,
+                        "layer": lib.WASTE_CACHE_LAYER}[options.cache_policy]
     cfg.direct_io = int(options.direct_io)
     cfg.verify = int(options.verify)
     cfg.vision = int(options.vision)

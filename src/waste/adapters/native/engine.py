@@ -21,7 +21,8 @@ import attrs
 import trio
 
 from waste.domain.ports import (Cancelled, EngineError, EngineStats, GenerationResult, Prompt,
-                                SamplingParams, TokenCallback, TokenEvent, fit_to_context)
+                                SamplingParams, TokenCallback, TokenEvent, fit_to_context,
+                                MaskFiller)
 
 from waste.adapters.native.context import NativeContext, fail, ffi, int32_array, lib
 from waste.adapters.native.options import NativeOptions
@@ -56,8 +57,11 @@ class _Delivery:
     def deliver(self, info: Any) -> int:
         try:
             piece = ffi.unpack(info.piece, info.piece_len) if info.piece_len else b""
+            table = self.engine._token_table
+            top = tuple((info.top_ids[i], table[info.top_ids[i]], info.top_logprobs[i])
+                        for i in range(info.n_top))
             event = TokenEvent(index=info.index, token=info.token, piece=piece,
-                               logprob=info.logprob, is_stop=bool(info.is_stop),
+                               logprob=info.logprob, is_stop=bool(info.is_stop), top=top,
                                experts_hit=info.experts_hit, experts_missed=info.experts_missed,
                                bytes_read=info.bytes_read)
             self.engine._tokens_generated += 1
@@ -75,6 +79,29 @@ def _waste_on_token(info: Any, user: Any) -> int:
 
 #: The smallest positive float32 (2^-149).
 FLOAT32_TRUE_MIN = 2.0 ** -149
+
+
+class _Mask:
+    """One generate call's mask state: ``fill(index, words)`` writes the allowed-token
+    bitset (a writable memoryview of uint32 words, every id allowed on entry) and returns
+    True to stop before the token. An exception is kept and re-raised by generate."""
+
+    def __init__(self, fill: MaskFiller) -> None:
+        self.fill = fill
+        self.error: BaseException | None = None
+
+    def run(self, index: int, allowed: Any, n_words: int) -> int:
+        try:
+            words = ffi.buffer(allowed, 4 * n_words)
+            return _CALLBACK_STOP if self.fill(index, memoryview(words).cast("I")) else 0
+        except BaseException as exc:
+            self.error = exc
+            return _CALLBACK_STOP
+
+
+@ffi.def_extern(error=_CALLBACK_STOP)
+def _waste_on_mask(index: int, allowed: Any, n_words: int, user: Any) -> int:
+    return ffi.from_handle(user).run(index, allowed, n_words)
 
 
 def _set_fields(struct: Any, **values: Any) -> None:
@@ -98,6 +125,7 @@ class NativeEngine(NativeContext):
 
     def __init__(self, path: str | Path, options: NativeOptions) -> None:
         self._tokens_generated = 0
+        self._token_table: list[bytes] = []
         super().__init__(path, options)
 
     @classmethod
@@ -165,7 +193,8 @@ class NativeEngine(NativeContext):
         return ffi.unpack(logits, vocab)
 
     def generate(self, prompt: Prompt, params: SamplingParams, on_token: TokenCallback, *,
-                 is_cancelled: Callable[[], bool] | None = None) -> NativeGenerationResult:
+                 is_cancelled: Callable[[], bool] | None = None,
+                 mask: MaskFiller | None = None) -> NativeGenerationResult:
         """The Engine port's ``generate``: reset, queue and expand the images, cut
         ``max_tokens`` to the room left, then ``generate_ids``.
 
@@ -182,10 +211,10 @@ class NativeEngine(NativeContext):
                 self.add_image(image.rgb, image.width, image.height)
             ids = self.expand_images(ids)
         params = fit_to_context(params, len(ids), self._info.ctx_tokens)
-        return self.generate_ids(ids, params, on_token)
+        return self.generate_ids(ids, params, on_token, mask=mask)
 
     def generate_ids(self, prompt: Sequence[int], params: SamplingParams,
-                     on_token: TokenCallback) -> NativeGenerationResult:
+                     on_token: TokenCallback, *, mask: MaskFiller | None = None) -> NativeGenerationResult:
         """From the current position (no reset): prefill ``prompt``, then sample until a stop id, ``max_tokens``, a full context or
         ``on_token`` returning True (``stop_reason`` "callback"). The result's ``tail``
         holds the bytes of a multi-byte character the stop cut (see NativeGenerationResult).
@@ -197,6 +226,8 @@ class NativeEngine(NativeContext):
                 until ``reset``).
             BaseException: whatever ``on_token`` raised, after the C call has returned.
         """
+        if params.top_logprobs and not self._token_table:
+            self._token_table = self._build_token_table()  # the callback may not call C
         ids = int32_array(prompt, "prompt")
         stops = int32_array(params.stop_ids, "stop_ids")
         gen = ffi.new("waste_gen_params *")
@@ -209,22 +240,51 @@ class NativeEngine(NativeContext):
                     seed=params.seed, max_tokens=params.max_tokens,
                     n_stop_ids=len(params.stop_ids))
         gen.stop_ids = stops if params.stop_ids else ffi.NULL
+        _set_fields(gen, presence_penalty=params.presence_penalty,
+                    frequency_penalty=params.frequency_penalty,
+                    repetition_penalty=params.repetition_penalty, min_p=params.min_p,
+                    n_top_logprobs=params.top_logprobs, n_logit_bias=len(params.logit_bias))
+        bias_ids = int32_array([token for token, _ in params.logit_bias], "logit_bias")
+        bias_values = ffi.new("float[]", [bias for _, bias in params.logit_bias])
+        if params.logit_bias:
+            gen.logit_bias_ids = bias_ids
+            gen.logit_bias = bias_values
+        masking = _Mask(mask) if mask is not None else None
+        if masking is not None:
+            mask_state = ffi.new_handle(masking)  # kept alive by this frame for the whole C call
+            gen.mask_cb = lib._waste_on_mask
+            gen.mask_user = mask_state
         res = ffi.new("waste_gen_result *")
         lib.waste_gen_result_init(res)
         delivery = _Delivery(self, on_token)
         handle = ffi.new_handle(delivery)  # kept alive by this frame for the whole C call
         with self._call() as ctx:
             status = lib.waste_generate(ctx, ids, len(prompt), gen, lib._waste_on_token, handle, res)
-            if delivery.error is None:
+            mask_error = masking.error if masking is not None else None
+            if delivery.error is None and mask_error is None:
                 self._check(status)
         if delivery.error is not None:
             raise delivery.error
+        if mask_error is not None:
+            raise mask_error
         return NativeGenerationResult(
             prompt_tokens=res.prompt_tokens, tokens_generated=res.tokens_generated,
             stop_reason=STOP_REASONS.get(res.stop_reason, str(res.stop_reason)),
             experts_hit=res.experts_hit, experts_missed=res.experts_missed,
             bytes_read=res.bytes_read, prefill_ms=res.prefill_ms, decode_ms=res.decode_ms,
             direct_io=bool(res.direct_io), tail=ffi.unpack(res.tail, res.tail_len) if res.tail_len else b"")
+
+    def _build_token_table(self) -> list[bytes]:
+        """Every id's raw bytes (b"" for an id with no text), for the top logprobs: built
+        once, on the first generate that asks for them (the token callback may not call
+        detokenize)."""
+        table = []
+        for token in range(self._info.vocab):
+            try:
+                table.append(self.detokenize([token]))
+            except EngineError:
+                table.append(b"")
+        return table
 
     def add_image(self, rgb: bytes, width: int, height: int) -> int:
         """Queue an RGB8 image; returns its placeholder's position count.
@@ -294,7 +354,10 @@ class NativeEngine(NativeContext):
         return EngineStats(tokens_generated=self._tokens_generated, experts_hit=stats.hits,
                            experts_missed=stats.misses, bytes_read=stats.bytes_read,
                            direct_io=bool(stats.direct_io), io_note=note or None,
-                           budget_bytes=stats.budget_bytes, peak_bytes=stats.peak_bytes)
+                           budget_bytes=stats.budget_bytes, peak_bytes=stats.peak_bytes,
+                           io_threads=stats.io_threads, lookahead=stats.lookahead, guesses=stats.guesses,
+                           guess_hits=stats.guess_hits, wasted_bytes=stats.wasted_bytes,
+                           io_queue_depth_max=stats.queue_depth_max, disk_busy_s=stats.disk_busy_s)
 
 
 class NativeTokenizer(NativeContext):

@@ -10,7 +10,7 @@ from typing import Any
 
 import attrs
 
-CACHE_POLICIES = ("lfru", "lru")
+CACHE_POLICIES = ("layer", "lfru", "lru")
 # cfg.kernels: 0 auto, 1 generic, 2 avx2, 3 avx512 (a set the CPU lacks is E_UNSUPPORTED at open).
 KERNELS = ("auto", "generic", "avx2", "avx512")
 _U32 = 2**32 - 1
@@ -52,7 +52,7 @@ class NativeOptions:
     ctx_tokens: int = attrs.field(default=0, validator=_unsigned(_U32))
     ram_budget_bytes: int = attrs.field(default=0, validator=_unsigned(_U64))
     n_threads: int = attrs.field(default=0, validator=_unsigned(_U32))
-    cache_policy: str = attrs.field(default="lfru", validator=_one_of(CACHE_POLICIES))
+    cache_policy: str = attrs.field(default="layer", validator=_one_of(CACHE_POLICIES))
     cpu_list: str | None = attrs.field(default=None, validator=_optional_text)
     direct_io: bool = attrs.field(default=True, validator=_flag)
     verify: bool = attrs.field(default=False, validator=_flag)
@@ -70,16 +70,17 @@ class NativeOptions:
         """Options from an object carrying the server's flags as attributes (docs/HTTP.md §9).
 
         Reads ``budget`` (bytes), ``ctx``, ``threads``, ``cpus`` (str or None), ``cache``
-        ("lfru"/"lru"), ``direct_io`` (False for --no-direct-io), ``vision``, ``verify``,
-        ``usage`` (str or None) and ``exclusive_open``. Every one is required: a missing
-        attribute raises AttributeError naming it, a bad value ValueError naming the option.
+        ("layer"/"lfru"/"lru"), ``direct_io`` (False for --no-direct-io), ``vision``, ``verify``,
+        ``usage`` (str or None), ``exclusive_open``, ``io_threads`` and ``lookahead`` (bool).
+        Every one is required: a missing attribute raises AttributeError naming it, a bad value ValueError naming the option.
         """
         return cls(
             ram_budget_bytes=settings.budget, ctx_tokens=settings.ctx,
             n_threads=settings.threads, cpu_list=settings.cpus, cache_policy=settings.cache,
             direct_io=settings.direct_io, vision=settings.vision,
             verify=settings.verify, usage_path=settings.usage,
-            exclusive_open=settings.exclusive_open)
+            exclusive_open=settings.exclusive_open, io_threads=settings.io_threads,
+            lookahead=int(settings.lookahead))
 
     @classmethod
     def coerce(cls, options: Any) -> "NativeOptions":

@@ -160,10 +160,8 @@ class ChatJsonFormat:
             raise ChatFormatError(
                 "A chat.json format cannot force a tool call; use tool_choice \"auto\" or "
                 "\"none\".", "tool_choice")
-        if response_format_type in ("json_object", "json_schema"):
-            raise ChatFormatError(
-                f"A chat.json format cannot instruct a {response_format_type} response; "
-                "use response_format type \"text\".", "response_format")
+        # json_object / json_schema: no instruction to render, the answer is constrained by
+        # its grammar (docs/DECISIONS.md, constrained answers).
         if has_images and not self.images:
             raise ChatFormatError(
                 "This model's chat format has no image block; image parts cannot be sent to it.",

@@ -75,6 +75,11 @@ class ChatReplyReader:
         """The OpenAI assistant message (``replies.assistant_message``)."""
         return assistant_message(self.content, self.reasoning, self._calls)
 
+    @property
+    def in_answer(self) -> bool:
+        """In the content channel, outside any tool-call section."""
+        return self._state == CONTENT and not self._in_calls and not self.done
+
     def feed_token(self, token_id: int, piece: bytes | str) -> list[Delta]:
         """Feed one generated token. ``piece`` may be a fragment of a UTF-8 character."""
         out: list[Delta] = []

@@ -57,7 +57,8 @@ class ReplyAssembler:
         self.completion_tokens += 1
         if self.should_stop:
             return []
-        return self._route(self.reader.feed_token(event.token, event.piece), event.logprob)
+        top = tuple((raw, logprob) for _, raw, logprob in event.top)
+        return self._route(self.reader.feed_token(event.token, event.piece), event.logprob, top)
 
     def finish(self) -> list[Output]:
         """End of generation: flush the reader, then whatever the stop filter holds."""
@@ -92,7 +93,8 @@ class ReplyAssembler:
     def reasoning_tokens(self) -> int:
         return self.reader.reasoning_tokens
 
-    def _route(self, deltas: list[Delta], logprob: float | None) -> list[Output]:
+    def _route(self, deltas: list[Delta], logprob: float | None,
+               top: tuple[tuple[bytes, float], ...] = ()) -> list[Output]:
         out: list[Output] = []
         content = "".join(d.text for d in deltas if d.kind == "content")
         for delta in deltas:
@@ -104,7 +106,7 @@ class ReplyAssembler:
                 out.append(Output(kind="tool_call", call=delta.call, index=len(self.calls) - 1))
             elif delta.kind == "content" and content:
                 # All of a token's content becomes one piece, so one logprob entry per token.
-                released = self.stop_filter.push(ContentPiece(content, logprob))
+                released = self.stop_filter.push(ContentPiece(content, logprob, top))
                 content = ""
                 if released:
                     out.append(self._content_output(released))
@@ -114,7 +116,7 @@ class ReplyAssembler:
         for piece in pieces:
             if piece.logprob is None and self.content_pieces:
                 last = self.content_pieces[-1]
-                self.content_pieces[-1] = ContentPiece(last.text + piece.text, last.logprob)
+                self.content_pieces[-1] = ContentPiece(last.text + piece.text, last.logprob, last.top)
             else:
                 self.content_pieces.append(piece)
         text = "".join(p.text for p in pieces)

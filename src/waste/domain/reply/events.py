@@ -70,3 +70,10 @@ class ReplyReader(Protocol):
     def reasoning_tokens(self) -> int:
         """How many fed tokens were reasoning (0 for a reader without a reasoning channel)."""
         ...
+
+    @property
+    def in_answer(self) -> bool:
+        """True while the next token would be part of the answer's text (XTML ``response``
+        region; chat.json content after the think close): where a response_format grammar
+        applies (docs/DECISIONS.md, constrained answers)."""
+        ...

@@ -16,6 +16,8 @@ class ContentPiece:
 
     text: str
     logprob: float | None
+    #: the token's most likely alternatives: (raw bytes, logprob), descending
+    top: tuple[tuple[bytes, float], ...] = ()
 
 
 @attrs.define
@@ -93,5 +95,5 @@ def _take_chars(pieces: list[ContentPiece], n: int) -> list[ContentPiece]:
         text = piece.text[:left]
         left -= len(text)
         if text:
-            out.append(ContentPiece(text, piece.logprob))
+            out.append(ContentPiece(text, piece.logprob, piece.top))
     return out

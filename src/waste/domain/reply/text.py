@@ -24,6 +24,11 @@ class TextReader:
     tool_calls: tuple[object, ...] = ()
     reasoning_tokens: int = 0
 
+    @property
+    def in_answer(self) -> bool:
+        """Plain text is all answer until a stop id."""
+        return not self.done
+
     def feed_token(self, token_id: int, piece: bytes | str) -> list[Delta]:
         if self.done:
             return []

@@ -224,11 +224,11 @@ def parse_include_usage(body: dict[str, Any], *, stream: bool) -> bool:
     return bool(include_usage)
 
 
-def parse_top_logprobs(body: dict[str, Any]) -> None:
-    """`top_logprobs`: an integer 0-20, of which only 0 is implemented."""
+def parse_top_logprobs(body: dict[str, Any], *, logprobs: bool) -> int:
+    """`top_logprobs`: an integer 0-20 (default 0); >= 1 needs `logprobs: true` (OpenAI's rule)."""
     value = body.get("top_logprobs")
     if value is None:
-        return
+        return 0
     if not is_integer(value):
         raise wrong_type("top_logprobs", "an integer", value)
     if not 0 <= value <= MAX_TOP_LOGPROBS:
@@ -237,12 +237,9 @@ def parse_top_logprobs(body: dict[str, Any]) -> None:
             "top_logprobs",
             INVALID_VALUE,
         )
-    if value >= 1:
-        raise InvalidRequest(
-            "top_logprobs >= 1 is not supported: the engine reports only the sampled token's logprob.",
-            "top_logprobs",
-            UNSUPPORTED,
-        )
+    if value >= 1 and not logprobs:
+        raise InvalidRequest("top_logprobs needs logprobs set to true.", "top_logprobs", INVALID_VALUE)
+    return value
 
 
 def image_kind(url: str) -> str:
@@ -283,3 +280,64 @@ def local_image_path(url: str) -> str:
     if url.startswith("/"):
         return url
     return unquote(urlsplit(url).path)
+
+
+def _bounded_number(body: dict[str, Any], key: str, default: float, low: float, high: float,
+                    *, open_low: bool = False) -> float:
+    value = body.get(key)
+    if value is None:
+        return default
+    if not is_number(value):
+        raise wrong_type(key, "a number", value)
+    if not (low < value <= high if open_low else low <= value <= high):
+        bound = f"greater than {low:g}" if open_low else f"at least {low:g}"
+        raise InvalidRequest(f"{key} must be {bound} and at most {high:g}, not {shorten(value)}.",
+                             key, INVALID_VALUE)
+    return float(value)
+
+
+def parse_penalties(body: dict[str, Any]) -> tuple[float, float, float, float]:
+    """`presence_penalty` and `frequency_penalty` (OpenAI: numbers in [-2, 2], default 0),
+    `repetition_penalty` (vLLM: > 0, at most 10 here, default 1) and `min_p` (vLLM: [0, 1],
+    default 0). Returns (presence, frequency, repetition, min_p)."""
+    return (_bounded_number(body, "presence_penalty", 0.0, -2.0, 2.0),
+            _bounded_number(body, "frequency_penalty", 0.0, -2.0, 2.0),
+            _bounded_number(body, "repetition_penalty", 1.0, 0.0, 10.0, open_low=True),
+            _bounded_number(body, "min_p", 0.0, 0.0, 1.0))
+
+
+MAX_LOGIT_BIAS = 300
+
+
+def parse_logit_bias(body: dict[str, Any]) -> tuple[tuple[int, float], ...]:
+    """`logit_bias` (OpenAI): an object from token ids (decimal strings) to numbers in
+    [-100, 100], at most 300 entries; returned sorted by id. The ids are checked against the
+    vocabulary where it is known (`check_logit_bias_ids`)."""
+    value = body.get("logit_bias")
+    if value is None:
+        return ()
+    if type(value) is not dict:
+        raise wrong_type("logit_bias", "an object mapping token ids to numbers", value)
+    if len(value) > MAX_LOGIT_BIAS:
+        raise InvalidRequest(f"logit_bias has {len(value)} entries; at most {MAX_LOGIT_BIAS} are allowed.",
+                             "logit_bias", INVALID_VALUE)
+    out: list[tuple[int, float]] = []
+    for key, bias in value.items():
+        path = f"logit_bias.{key[:40]}"
+        if not (key.isascii() and key.isdigit()) or len(key) > 10:
+            raise InvalidRequest(f"logit_bias keys must be token ids (non-negative integers), not {shorten(key)}.",
+                                 path, INVALID_VALUE)
+        if not is_number(bias):
+            raise wrong_type(path, "a number", bias)
+        if not -100 <= bias <= 100:
+            raise InvalidRequest(f"{path} must be between -100 and 100, not {shorten(bias)}.", path, INVALID_VALUE)
+        out.append((int(key), float(bias)))
+    return tuple(sorted(out))
+
+
+def check_logit_bias_ids(logit_bias: tuple[tuple[int, float], ...], vocab: int) -> None:
+    """Every `logit_bias` id must be < vocab (the model's logit rows)."""
+    for token, _ in logit_bias:
+        if token >= vocab:
+            raise InvalidRequest(f"logit_bias.{token}: token id {token} is outside the vocabulary (0..{vocab - 1}).",
+                                 f"logit_bias.{token}", INVALID_VALUE)

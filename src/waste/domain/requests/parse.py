@@ -15,6 +15,7 @@ from waste.domain.requests.fields import (
     INVALID_TYPE,
     INVALID_VALUE,
     UNSUPPORTED,
+    MAX_TOP_LOGPROBS,
     image_kind,
     is_integer,
     local_image_path,
@@ -30,6 +31,8 @@ from waste.domain.requests.fields import (
     parse_token_cap,
     parse_top_k,
     parse_top_logprobs,
+    parse_penalties,
+    parse_logit_bias,
     parse_top_p,
     shorten,
     wrong_type,
@@ -68,6 +71,12 @@ class GenerationFields:
     stream: bool = False
     include_usage: bool = False
     logprobs: bool = False
+    top_logprobs: int = 0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    min_p: float = 0.0
+    logit_bias: tuple[tuple[int, float], ...] = ()
 
 
 @attrs.frozen(kw_only=True)
@@ -140,7 +149,9 @@ def parse_chat_request(body: dict[str, Any]) -> ChatRequest:
     stream = optional_bool(body, "stream") or False
     logprobs = optional_bool(body, "logprobs") or False
     include_usage = parse_include_usage(body, stream=stream)
-    parse_top_logprobs(body)
+    top_logprobs = parse_top_logprobs(body, logprobs=logprobs)
+    presence, frequency, repetition, min_p = parse_penalties(body)
+    logit_bias = parse_logit_bias(body)
     thinking = parse_thinking(body)
     _refuse_legacy_functions(body)
     return ChatRequest(
@@ -158,6 +169,12 @@ def parse_chat_request(body: dict[str, Any]) -> ChatRequest:
         stream=stream,
         include_usage=include_usage,
         logprobs=logprobs,
+        top_logprobs=top_logprobs,
+        presence_penalty=presence,
+        frequency_penalty=frequency,
+        repetition_penalty=repetition,
+        min_p=min_p,
+        logit_bias=logit_bias,
         thinking=thinking,
         image_parts=image_parts,
     )
@@ -284,7 +301,10 @@ def parse_completion_request(body: dict[str, Any]) -> CompletionRequest:
     parse_only_one(body, "n")
     stream = optional_bool(body, "stream") or False
     include_usage = parse_include_usage(body, stream=stream)
-    logprobs = _parse_completion_logprobs(body.get("logprobs"))
+    top_logprobs = _parse_completion_logprobs(body.get("logprobs"))
+    logprobs = top_logprobs is not None
+    presence, frequency, repetition, min_p = parse_penalties(body)
+    logit_bias = parse_logit_bias(body)
     if optional_bool(body, "echo"):
         raise InvalidRequest(
             "echo=true is not supported: the prompt is never repeated; send echo=false.", "echo", UNSUPPORTED
@@ -308,6 +328,12 @@ def parse_completion_request(body: dict[str, Any]) -> CompletionRequest:
         stream=stream,
         include_usage=include_usage,
         logprobs=logprobs,
+        top_logprobs=top_logprobs or 0,
+        presence_penalty=presence,
+        frequency_penalty=frequency,
+        repetition_penalty=repetition,
+        min_p=min_p,
+        logit_bias=logit_bias,
     )
 
 
@@ -340,19 +366,14 @@ def _parse_prompt(value: object) -> str:
     return value
 
 
-def _parse_completion_logprobs(value: object) -> bool:
-    """Completions `logprobs`: an integer; 0 asks for sampled-token logprobs, >= 1 is unsupported."""
+def _parse_completion_logprobs(value: object) -> int | None:
+    """Completions `logprobs`: None (absent), or an integer 0-20: the sampled token's logprob,
+    plus that many alternatives per token in `top_logprobs`."""
     if value is None:
-        return False
+        return None
     if not is_integer(value):
         raise wrong_type("logprobs", "an integer", value)
-    if value < 0:
-        raise InvalidRequest(f"logprobs must be 0 or more, not {shorten(value)}.", "logprobs", INVALID_VALUE)
-    if value >= 1:
-        raise InvalidRequest(
-            "logprobs >= 1 is not supported: the engine reports only the sampled token's logprob;"
-            " send logprobs=0.",
-            "logprobs",
-            UNSUPPORTED,
-        )
-    return True
+    if not 0 <= value <= MAX_TOP_LOGPROBS:
+        raise InvalidRequest(f"logprobs must be between 0 and {MAX_TOP_LOGPROBS}, not {shorten(value)}.",
+                             "logprobs", INVALID_VALUE)
+    return value

@@ -13,7 +13,7 @@ import attrs
 from waste.domain.chat_format import Capabilities, ChatPlan
 from waste.domain.requests.parse import ChatRequest
 from waste.domain.requests.thinking import resolve_thinking
-from waste.domain.xtml.markers import XtmlMarkerIds
+from waste.domain.xtml.markers import CLOSE, END_OF_MSG, SEP, XtmlMarkerIds
 from waste.domain.xtml.render import image_prompt, render_segments
 from waste.domain.xtml.reply import RegionParser
 
@@ -60,7 +60,8 @@ class XtmlFormat:
             response_format=request.response_format, image_prompts=prompts)
         ids = self.marker_ids
         return ChatPlan(segments=tuple(segments), stop_ids=self.end_ids, thinking=thinking,
-                        new_reader=lambda: RegionParser(thinking=thinking, marker_ids=ids))
+                        new_reader=lambda: RegionParser(thinking=thinking, marker_ids=ids),
+                        answer_end=f"{CLOSE}response{SEP}{END_OF_MSG}")
 
     def startup_warnings(self, *, default_thinking: bool) -> tuple[str, ...]:
         return ()

@@ -109,6 +109,11 @@ class RegionParser:
 
     # ---- feeding -------------------------------------------------------------------------
 
+    @property
+    def in_answer(self) -> bool:
+        """Inside the ``response`` region (docs/XTML.md §6)."""
+        return self._state == RESPONSE
+
     def feed_token(self, token_id: int, piece: bytes | str) -> list[Delta]:
         """Feed one generated token. Structure comes only from the four marker ids.
 
