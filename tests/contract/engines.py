@@ -115,7 +115,9 @@ class Served:
 
 
 # Small caps keep the native engine's answers short; the fake's replies end by themselves.
-NATIVE_SETTINGS = {"ctx": 512, "usage": "", "max_tokens": 16}
+# The prefix cache needs room beyond the tiny container's automatic budget (1.5 MB).
+NATIVE_SETTINGS = {"ctx": 512, "usage": "", "max_tokens": 16, "budget": 8 << 20,
+                   "prefix_cache": 4 << 20}
 
 
 @contextlib.contextmanager

@@ -62,15 +62,20 @@ def _print_plan(settings: Settings) -> int:
     if settings.model is None:
         print("waste: --plan needs MODEL", file=sys.stderr)
         return 2
-    from waste.adapters.native import plan_memory  # needs libwaste built (see above)
+    # needs libwaste built (see above)
+    from waste.adapters.native import NativeOptions, plan_memory, plan_prefix_cache
 
     try:
         plan = plan_memory(settings.model, settings)
+        prefix = plan_prefix_cache(plan, NativeOptions.from_settings(settings))
     except Exception as exc:
         print(f"waste: plan refused: {exc}", file=sys.stderr)
         return 1
     for key, value in plan.items():
         print(f"{key:>20}: {value}")
+    print(f"{'prefix_cache_bytes':>20}: {prefix.bytes}" + (f" ({prefix.note})" if prefix.note else ""))
+    print(f"{'prefix_entry_bytes':>20}: {prefix.entry_bytes}")
+    print(f"{'engine_budget_bytes':>20}: {prefix.engine_budget_bytes}")
     return 0
 
 

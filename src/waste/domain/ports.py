@@ -12,6 +12,7 @@ from typing import Callable, ClassVar, Protocol, Sequence
 
 import attrs
 
+from waste.domain.prefix_cache import PrefixCacheStats
 from waste.domain.requests.messages import ImagePart
 
 # -- engine errors ----------------------------------------------------------------------------
@@ -187,7 +188,8 @@ class GenerationResult:
     """What one ``generate`` call did. ``stop_reason``: token, max_tokens, ctx_full, callback.
 
     ``prompt_tokens`` counts the prompt after image expansion; ``cached_tokens`` how many of
-    them were reused from an earlier call instead of evaluated (0 until prefix reuse).
+    them were restored from the engine's prefix cache instead of evaluated (the prefill
+    covered ``prompt_tokens - cached_tokens``).
     """
 
     prompt_tokens: int
@@ -214,6 +216,7 @@ class EngineStats:
     io_note: str | None
     budget_bytes: int
     peak_bytes: int
+    prefix_cache: PrefixCacheStats = attrs.field(factory=PrefixCacheStats)
 
 
 # Returns True to stop generation (the client left, or a stop string matched).
@@ -313,9 +316,19 @@ class Engine(Protocol):
 
     def generate(self, prompt: Prompt, params: SamplingParams, on_token: TokenCallback, *,
                  is_cancelled: Callable[[], bool] | None = None) -> GenerationResult:
-        """Generate a reply to ``prompt`` from a fresh state: expand its images, prefill, then
-        sample until a stop id, ``max_tokens`` (cut to the room the prompt leaves), a full
-        context, or ``on_token`` returning True (``stop_reason`` ``callback``).
+        """Generate a reply to ``prompt`` from a fresh state: expand its images, restore the
+        longest prefix of it the engine's prefix cache holds (``cached_tokens``), prefill the
+        rest, then sample until a stop id, ``max_tokens`` (cut to the room the prompt
+        leaves), a full context, or ``on_token`` returning True (``stop_reason`` ``callback``).
+
+        Prefix cache (docs/ENGINE.md §2): states are stored at the end of the prompt (its
+        last token excluded: one token is always evaluated), at regular intervals inside a
+        long prompt and at the end of the generation (prompt + reply but its last token), so
+        the next turn of a conversation prefills only its new tokens. A restored prefix plus
+        the rest gives logits byte-identical to one fresh prefill. Every call starts from
+        the same stored states, so a caller wanting several replies to one prompt (n > 1)
+        simply calls ``generate`` again: from the second call on, only the prompt's last
+        token is evaluated.
 
         ``is_cancelled`` is asked once the state is fresh, before any work: True ends the
         call with Cancelled (an ``abort`` that came before the call started is not lost).

@@ -111,7 +111,8 @@ def _account(state: ServerState, job: Job, done: Finished, queue_ms: float) -> t
     m.decode_s += result.decode_ms / 1000
     reader = job.assembler.reader
     reasoning = None if isinstance(reader, TextReader) else job.assembler.reasoning_tokens
-    usage_body = usage(done.prompt_tokens, result.tokens_generated, reasoning)
+    usage_body = usage(done.prompt_tokens, result.tokens_generated, reasoning,
+                       result.cached_tokens)
     waste = waste_object(prompt_tokens=done.prompt_tokens, result=result, queue_ms=queue_ms,
                          seed=job.params.seed, stats=state.engine.statistics(),
                          requests=state.completed_requests)

@@ -54,6 +54,19 @@ class Metrics:
                 "# TYPE waste_memory_budget_bytes gauge", f"waste_memory_budget_bytes {stats.budget_bytes}",
                 "# TYPE waste_memory_peak_bytes gauge", f"waste_memory_peak_bytes {stats.peak_bytes}",
             ]
+            pc = stats.prefix_cache  # docs/ENGINE.md §2 "Prefix cache"
+            lines += [
+                "# TYPE waste_prefix_cache_reused_tokens_total counter",
+                f"waste_prefix_cache_reused_tokens_total {pc.reused_tokens}",
+                "# TYPE waste_prefix_cache_hits_total counter",
+                f"waste_prefix_cache_hits_total {pc.hits}",
+                "# TYPE waste_prefix_cache_evictions_total counter",
+                f"waste_prefix_cache_evictions_total {pc.evictions}",
+                "# TYPE waste_prefix_cache_entries gauge", f"waste_prefix_cache_entries {pc.entries}",
+                "# TYPE waste_prefix_cache_bytes gauge", f"waste_prefix_cache_bytes {pc.bytes}",
+                "# TYPE waste_prefix_cache_capacity_bytes gauge",
+                f"waste_prefix_cache_capacity_bytes {pc.capacity_bytes}",
+            ]
         labels = ",".join(f'{k}="{_label(v)}"' for k, v in info.items())
         lines += ["# TYPE waste_info gauge", f"waste_info{{{labels}}} 1"]
         return "\n".join(lines) + "\n"

@@ -46,6 +46,7 @@ def waste_object(*, prompt_tokens: int, result: GenerationResult | None, queue_m
         "prompt_tokens": prompt_tokens, "tokens_generated": generated,
         "experts_hit": hit, "experts_missed": miss, "expert_hit_rate": hit_rate(hit, miss),
         "bytes_read": result.bytes_read if result else 0,
+        "cached_tokens": result.cached_tokens if result else 0,
         "direct_io": bool(result.direct_io) if result else stats.direct_io,
         "queue_ms": round(queue_ms, 3), "prefill_ms": round(result.prefill_ms, 3) if result else 0.0,
         "decode_ms": round(decode_ms, 3),
@@ -57,14 +58,22 @@ def waste_object(*, prompt_tokens: int, result: GenerationResult | None, queue_m
             "expert_hit_rate": hit_rate(stats.experts_hit, stats.experts_missed),
             "bytes_read": stats.bytes_read, "direct_io": stats.direct_io,
             "io_note": stats.io_note,
+            "prefix_cache": {
+                "reused_tokens": stats.prefix_cache.reused_tokens,
+                "hits": stats.prefix_cache.hits, "entries": stats.prefix_cache.entries,
+                "bytes": stats.prefix_cache.bytes,
+                "capacity_bytes": stats.prefix_cache.capacity_bytes,
+                "evictions": stats.prefix_cache.evictions,
+            },
         },
     }
 
 
-def usage(prompt_tokens: int, completion_tokens: int, reasoning_tokens: int | None) -> dict:
+def usage(prompt_tokens: int, completion_tokens: int, reasoning_tokens: int | None,
+          cached_tokens: int = 0) -> dict:
     body = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens,
-            "prompt_tokens_details": {"cached_tokens": 0}}
+            "prompt_tokens_details": {"cached_tokens": cached_tokens}}
     if reasoning_tokens is not None:
         body["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
     return body
