@@ -153,7 +153,8 @@ typedef struct {
 
 typedef struct {
     uint32_t struct_size;
-    char arch[32];              /* "kimi_linear" */
+    char arch[32];              /* the manifest's arch: "kimi_linear" or "kimi_k3" (the K3
+                                 * deltas follow their config keys, not this name) */
     uint32_t n_layers;
     uint32_t n_moe_layers;
     uint32_t n_kda_layers;
@@ -280,7 +281,7 @@ void waste_stats_init(waste_stats *stats);
  * with the sizing code open uses. cfg NULL = defaults. The detail goes to err/err_cap.
  *   E_ARG          path or plan NULL, a struct_size mismatch, a cfg field out of range
  *   E_UNSUPPORTED  an unimplemented cfg option, a kernel set this CPU lacks, an unknown
- *                  arch or a K3 config key
+ *                  arch, activation or KDA decay form
  *   E_IO           manifest.json missing, unreadable or not a regular file
  *   E_FORMAT       the manifest breaks docs/FORMAT.md §3 (the detail names the field or
  *                  tensor), or the memory sizing overflows u64

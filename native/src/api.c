@@ -137,7 +137,7 @@ WASTE_API int32_t waste_get_model_info(waste_ctx *ctx, waste_model_info *info) {
     const wc_config *c = &ctx->c.cfg;
     memset(info, 0, sizeof *info);
     info->struct_size = sizeof *info;
-    snprintf(info->arch, sizeof info->arch, "kimi_linear");
+    snprintf(info->arch, sizeof info->arch, "%s", ctx->c.arch);
     info->n_layers = c->n_layers; info->n_moe_layers = c->n_moe; info->n_kda_layers = c->n_kda; info->n_mla_layers = c->n_mla;
     info->n_experts = c->n_experts; info->top_k = c->top_k; info->n_shared_experts = c->n_shared;
     info->hidden = c->hidden; info->vocab = c->vocab;

@@ -25,6 +25,12 @@ typedef struct {
     /* MoE router (f32) */
     wm_mat router;
     const float *router_bias;
+    /* K3 deltas (docs/ENGINE.md §4.2); unbound (zero) when their config key is off */
+    wm_mat kda_g;                   /* use_full_rank_gate: [Hd, H] replaces g_a/g_b */
+    wm_mat mla_g;                   /* mla_use_output_gate: [h·dv, H] */
+    wm_mat lat_down, lat_up;        /* latent MoE: [Rz, H], [H, Rz] */
+    const float *lat_norm;          /* [Rz] with latent_moe_use_norm */
+    const float *res_attn_norm, *res_attn_proj, *res_mlp_norm, *res_mlp_proj;   /* [H] each */
 } wm_layer;
 
 /* Expert slots (docs/ENGINE.md §5). The per-slot arrays and the (bank, expert) tables are all
@@ -77,6 +83,7 @@ struct waste_ctx {
     wm_layer *layers;
     wm_mat lm_head;
     const float *final_norm;
+    const float *out_res_norm, *out_res_proj;   /* attention residuals' output mix: [H] */
     const wc_tensor *embed;
 
     /* state */
@@ -92,6 +99,9 @@ struct waste_ctx {
     float *xn;                      /* [chunk][H] normed FFN inputs of a chunk */
     float *acc;                     /* [chunk][H] FFN outputs of a chunk */
     float *buf[12];                 /* [maxw] each */
+    float *xm;                      /* [H] an attention-residual mix (never aliases its inputs) */
+    float *res;                     /* [n_blocks][chunk][H] attention-residual block snapshots */
+    float *lz, *lacc;               /* [chunk][Rz] latent MoE: z, and the experts' weighted sum */
     float *scores;                  /* [ctx_tokens] */
     float *logits;                  /* [vocab] */
     int has_logits;

@@ -77,7 +77,7 @@ def test_c_tests_pass(libwaste):
 
     proc = subprocess.run(["make", "-C", str(NATIVE), "test"], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    for name in ("test_api: ok", "test_sampling: ok", "test_numerics:", "data campaign: 1000 runs"):
+    for name in ("test_api: ok", "test_sampling: ok", "test_numerics:", "test_kernels: ok", "data campaign: 1000 runs"):
         assert name in proc.stdout, proc.stdout[-4000:]
 
 
