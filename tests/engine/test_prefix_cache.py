@@ -12,6 +12,7 @@ import pytest
 from tests.engine.test_invariants import prompt_of, same_bytes
 from waste.domain.ports import BudgetExceeded, Prompt, SamplingParams
 from waste.domain.prefix_cache import checkpoints
+from waste.tools.make_container import Geometry, build_container
 
 CTX = 512
 BUDGET = 256 << 20  # above the tiny container's automatic budget, so the cache has room
@@ -38,9 +39,21 @@ def greedy(engine, ids, max_tokens=6):
 
 
 @pytest.fixture(scope="module")
-def reference(native, synthetic_f32):
-    """A context without a cache: fresh prefills are the oracle."""
-    engine = open_engine(native, synthetic_f32)
+def k3_container(synthetic_dir, libwaste):
+    """A tiny Kimi K3 container (every K3 delta on, arch kimi_k3)."""
+    out = synthetic_dir / "k3-f32.waste"
+    return out if out.exists() else build_container(out, seed=3, geometry=Geometry(k3=True))
+
+
+@pytest.fixture(scope="module", params=["kimi_linear", "kimi_k3"])
+def container(request, synthetic_f32, k3_container):
+    return synthetic_f32 if request.param == "kimi_linear" else k3_container
+
+
+@pytest.fixture(scope="module")
+def reference(native, container):
+    """A context without a cache on the same container: fresh prefills are the oracle."""
+    engine = open_engine(native, container)
     yield engine
     engine.close()
 
@@ -51,11 +64,13 @@ def fresh(reference, ids):
 
 
 @pytest.mark.parametrize("chunk", [0, 1, 7])
-def test_restored_prefix_plus_rest_equals_fresh_prefill(native, synthetic_f32, reference, chunk):
-    engine = open_engine(native, synthetic_f32, prefix_cache=64 << 20, prefix_interval=16,
+def test_restored_prefix_plus_rest_equals_fresh_prefill(native, container, reference, chunk,
+                                                        request):
+    engine = open_engine(native, container, prefix_cache=64 << 20, prefix_interval=16,
                          prefill_chunk=chunk)
     try:
         ids = prompt_of(70, engine.model_info().vocab)
+        assert engine.model_info().arch == request.node.callspec.params["container"]
         result, _ = greedy(engine, ids)
         assert result.cached_tokens == 0 and result.prompt_tokens == 70
         # Stored: every 16 tokens inside the prompt, the prompt's end (less one), the reply.
@@ -74,9 +89,9 @@ def test_restored_prefix_plus_rest_equals_fresh_prefill(native, synthetic_f32, r
         engine.close()
 
 
-def test_generations_with_and_without_the_cache_are_equal(native, synthetic_f32):
-    with_cache = open_engine(native, synthetic_f32, prefix_cache=64 << 20, prefix_interval=16)
-    without = open_engine(native, synthetic_f32)
+def test_generations_with_and_without_the_cache_are_equal(native, container):
+    with_cache = open_engine(native, container, prefix_cache=64 << 20, prefix_interval=16)
+    without = open_engine(native, container)
     try:
         vocab = with_cache.model_info().vocab
         turn, expected = prompt_of(40, vocab), 0
@@ -95,8 +110,8 @@ def test_generations_with_and_without_the_cache_are_equal(native, synthetic_f32)
         without.close()
 
 
-def test_eviction_keeps_restores_exact(native, synthetic_f32, reference):
-    engine = open_engine(native, synthetic_f32, prefix_cache=64 << 20, prefix_interval=0)
+def test_eviction_keeps_restores_exact(native, container, reference):
+    engine = open_engine(native, container, prefix_cache=64 << 20, prefix_interval=0)
     try:
         vocab = engine.model_info().vocab
         prompts = [prompt_of(60, vocab, seed=s) for s in range(3)]
@@ -152,9 +167,9 @@ def test_a_cache_too_small_for_one_entry_is_off(native, synthetic_f32):
         engine.close()
 
 
-def test_logprobs_are_those_of_a_fresh_prefill(native, synthetic_f32, reference):
-    """The first token's logprob after a restore equals log-softmax of fresh logits."""
-    engine = open_engine(native, synthetic_f32, prefix_cache=64 << 20, prefix_interval=16)
+def test_logprobs_are_those_of_a_fresh_prefill(native, container, reference):
+    """The first token after a restore is the argmax of a fresh prefill's logits."""
+    engine = open_engine(native, container, prefix_cache=64 << 20, prefix_interval=16)
     try:
         ids = prompt_of(45, engine.model_info().vocab)
         greedy(engine, ids)
