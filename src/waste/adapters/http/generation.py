@@ -62,7 +62,7 @@ async def chat_completions(state: ServerState) -> Response:
     params = _sampling(req, len(prompt), info.ctx_tokens, state.config.max_tokens,
                        plan.stop_ids, "messages")
     job = Job(prompt=prompt, params=params, images=tuple(images), ctx_param="messages",
-              assembler=ReplyAssembler.create(plan.new_reader(), req.stop))
+              interactive=req.stream, priority=req.priority, assembler=ReplyAssembler.create(plan.new_reader(), req.stop))
     return await _answer(state, job, req, "chatcmpl-", ChatChunks, chat_response)
 
 
@@ -81,7 +81,7 @@ async def completions(state: ServerState) -> Response:
                        sorted(stop_ids), "prompt")
     reader = TextReader(stop_ids=frozenset(stop_ids))
     job = Job(prompt=prompt, params=params, ctx_param="prompt",
-              assembler=ReplyAssembler.create(reader, req.stop))
+              interactive=req.stream, priority=req.priority, assembler=ReplyAssembler.create(reader, req.stop))
     return await _answer(state, job, req, "cmpl-", CompletionChunks, completion_response)
 
 
