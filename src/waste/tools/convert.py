@@ -316,7 +316,6 @@ class _Formats:
 def _write(w: ContainerWriter, st: SafeTensors, formats: _Formats, trunk_plan: list[TrunkEntry],
            bank_plan: dict[int, list[list[str]]]) -> str | None:
     """Streams every tensor into ``w``; returns the experts' format (None without MoE)."""
-    group = formats.group
     for canon, src, shape, kind in trunk_plan:
         a = st.load(src)
         if kind in ("conv", "row"):

@@ -26,7 +26,6 @@ import os
 import shutil
 import struct
 import sys
-import zlib
 from pathlib import Path
 from typing import Iterator
 
@@ -34,8 +33,8 @@ import numpy as np
 
 from waste.tools.bpe_train import train_ranks
 from waste.tools.container import ContainerError, to_bf16_bits
-from waste.tools.make_container import (CORPUS, Geometry, add_geometry_flags, geometry_from_flags,
-                                        random_tensor)
+from waste.tools.hf_files import draw, write_tokenizer
+from waste.tools.make_container import (CORPUS, Geometry, add_geometry_flags, geometry_from_flags)
 
 TRANSFORMERS_VERSION = "5.23.0"
 # Moonshot's names for the specials it uses most; [BOS] and [EOS] are the config's ids.
@@ -134,14 +133,6 @@ def shard_plan(g: Geometry, vocab: int) -> list[list[Spec]]:
     return shards
 
 
-def draw(seed: int, name: str, shape: tuple[int, ...], kind: str, bias_std: float) -> np.ndarray:
-    """One tensor's values (float32), from a stream of its own (seed, name)."""
-    if kind == "bias":
-        rng = np.random.default_rng([seed, zlib.crc32(name.encode("utf-8"))])
-        return (bias_std * rng.standard_normal(shape)).astype(np.float32)
-    return random_tensor(seed, name, shape, kind)
-
-
 def _encoded(values: np.ndarray, dtype: str) -> bytes:
     if dtype == "bf16":
         return to_bf16_bits(values).astype("<u2").tobytes()
@@ -167,22 +158,6 @@ def write_shard(path: Path, specs: list[Spec], tensors: Iterator[np.ndarray], dt
                 raise ContainerError(f"tensor {name}: drew {values.shape}, planned {shape}")
             f.write(_encoded(values, dtype))
     return at
-
-
-def write_tokenizer(out: Path, ranks: list[bytes], specials: tuple[str, ...] = SPECIALS) -> None:
-    """``tiktoken.model`` (base64 rank per line) and the specials' ``tokenizer_config.json``
-    (``specials`` must hold [BOS], [EOS] and [PAD])."""
-    import base64
-
-    lines = [f"{base64.b64encode(t).decode()} {i}" for i, t in enumerate(ranks)]
-    (out / "tiktoken.model").write_text("\n".join(lines) + "\n")
-    decoder = {str(len(ranks) + i): {"content": s, "lstrip": False, "normalized": False,
-                                     "rstrip": False, "single_word": False, "special": True}
-               for i, s in enumerate(specials)}
-    config = {"added_tokens_decoder": decoder, "bos_token": "[BOS]", "eos_token": "[EOS]",
-              "pad_token": "[PAD]", "model_max_length": 1048576,
-              "tokenizer_class": "TikTokenTokenizer"}
-    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
 
 
 def _dump(path: Path, obj: dict) -> None:
@@ -223,7 +198,7 @@ def synthesize(out: str | Path, *, geometry: Geometry | None = None, seed: int =
         _dump(tmp / "model.safetensors.index.json",
               {"metadata": {"total_parameters": params, "total_size": total},
                "weight_map": dict(sorted(weight_map.items()))})
-        write_tokenizer(tmp, ranks)
+        write_tokenizer(tmp, ranks, SPECIALS)
         if out.exists():
             shutil.rmtree(out)
         tmp.rename(out)

@@ -30,6 +30,7 @@ import attrs
 import numpy as np
 
 from waste.tools.container import ContainerError, to_bf16_bits
+from waste.tools.hf_files import draw, write_tokenizer
 from waste.tools.make_container import XTML_SPECIALS, Geometry, random_tensor
 
 MXFP4_FORMAT = "mxfp4-pack-quantized"
@@ -251,8 +252,6 @@ def _a_log(seed: int, name: str, heads: int, n: int) -> np.ndarray:
 
 def _entries(specs: list[Spec], seed: int, g: Geometry, bias_std: float, torch):
     """(name, st dtype, shape, bytes-or-f32 array) for every tensor of a shard, in order."""
-    from waste.tools.synth import draw
-
     for name, shape, kind in specs:
         if kind == "expert":
             packed, scale = _mxfp4(torch, random_tensor(seed, name, shape, "mat"))
@@ -298,7 +297,6 @@ def synthesize_k3(out: str | Path, *, geometry: Geometry, options: K3Options, se
     """
     from waste.tools.bpe_train import train_ranks
     from waste.tools.make_container import CORPUS
-    from waste.tools.synth import write_tokenizer
 
     g, k, out = geometry, options, Path(out)
     if dtype not in ST_DTYPES:
