@@ -179,3 +179,21 @@ def test_logprobs_are_those_of_a_fresh_prefill(native, container, reference):
         assert events[0][0] == int(np.argmax(logits))
     finally:
         engine.close()
+
+
+def test_the_server_says_at_start_whether_the_cache_is_on(native, synthetic_f32, caplog):
+    """open_native (the server's opener) logs the cache's size, or why it is off."""
+    from waste.app.settings import Settings
+
+    def opened(**flags):
+        caplog.clear()
+        settings = Settings(model=str(synthetic_f32), ctx=CTX, usage="", budget=BUDGET, **flags)
+        with caplog.at_level("INFO", logger="waste.engine"):
+            engine, tokenizer = native.open_native(synthetic_f32, settings)
+        engine.close()
+        tokenizer.close()
+        return " ".join(r.getMessage() for r in caplog.records if "prefix cache" in r.getMessage())
+
+    assert f"prefix cache: {2 << 20} bytes of the budget" in opened(prefix_cache=2 << 20)
+    assert "prefix cache off: 1024 bytes cannot hold one entry" in opened(prefix_cache=1024)
+    assert "prefix cache off (--prefix-cache 0)" in opened(prefix_cache=0)

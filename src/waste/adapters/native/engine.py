@@ -148,7 +148,8 @@ class NativeEngine(NativeContext):
 
     def __init__(self, path: str | Path, options: NativeOptions) -> None:
         self._tokens_generated = 0
-        self.prefix_plan = PrefixCachePlan(0, 0, options.ram_budget_bytes, "off")
+        self.prefix_plan = PrefixCachePlan(0, 0, options.ram_budget_bytes,
+                                           "off (--prefix-cache 0)")
         if options.prefix_cache != 0 and not options.tokenizer_only:
             # The cache's buffers live outside libwaste: its bytes come out of the budget.
             self.prefix_plan = plan_prefix_cache(plan_memory(path, options), options)
