@@ -27,6 +27,7 @@ class Record:
     prompts: list[list[int]] = attrs.field(factory=list)  # as sent: image placeholders unexpanded
     stop_reasons: list[str] = attrs.field(factory=list)  # or "E_…" when generate raised
     generated: list[int] = attrs.field(factory=list)  # tokens delivered, per generate call
+    replies: list[list[int]] = attrs.field(factory=list)  # the delivered ids, per generate call
 
 
 class RecordingEngine:
@@ -56,6 +57,7 @@ class RecordingEngine:
     def generate(self, prompt, params, on_token: Callable, *, is_cancelled=None):
         self.record.prompts.append(list(prompt.ids))
         self.record.generated.append(0)
+        self.record.replies.append([])
         self.generating.set()
 
         def counted(event) -> bool:
@@ -63,6 +65,7 @@ class RecordingEngine:
                 self.paused.set()
                 self._resume.wait(WAIT_LIMIT_S)
             self.record.generated[-1] += 1
+            self.record.replies[-1].append(event.token)
             return on_token(event)
 
         try:
@@ -115,7 +118,9 @@ class Served:
 
 
 # Small caps keep the native engine's answers short; the fake's replies end by themselves.
-NATIVE_SETTINGS = {"ctx": 512, "usage": "", "max_tokens": 16}
+# The prefix cache needs room beyond the tiny container's automatic budget (1.5 MB).
+NATIVE_SETTINGS = {"ctx": 512, "usage": "", "max_tokens": 16, "budget": 8 << 20,
+                   "prefix_cache": 4 << 20}
 
 
 @contextlib.contextmanager
@@ -123,7 +128,8 @@ def serve(kind: str, request, *, script: dict | None = None, wait_ready: bool = 
           **settings: Any) -> Iterator[Served]:
     """Serve ``kind`` ("fake" with ``script``, or "native" on the session container)."""
     if kind == "fake":
-        engine = RecordingEngine(fake(script, ctx_tokens=settings.get("ctx", 0)))
+        engine = RecordingEngine(fake(script, ctx_tokens=settings.get("ctx", 0),
+                                      prefix_cache=settings.get("prefix_cache")))
         config = Settings(fake_engine="builtin", **settings)
 
         @contextlib.asynccontextmanager

@@ -128,22 +128,27 @@ def test_a_client_that_leaves_the_queue_frees_its_place_at_once(holding):
     assert not any("ghost-request" in served.engine.text(p) for p in record.prompts)
 
 
-def test_concurrent_clients_are_answered_in_arrival_order(holding):
+def test_concurrent_clients_are_answered_in_queue_order(holding):
+    """docs/HTTP.md §6: lower priority first, then streams before non-streaming requests,
+    arrival order within each class; the held generation is not preempted."""
     served, holder = holding()
     bodies = [chat(f"client {i}", stream=bool(i % 2), max_tokens=24, thinking=False)
               for i in range(1, 8)]
+    bodies[5]["priority"] = -1  # client 6 (not streaming) asks to run first
     with concurrent.futures.ThreadPoolExecutor(7) as pool:
         futures = []
         for k, body in enumerate(bodies, start=1):
             futures.append(pool.submit(ask, served.base, body))
             served.wait_for(lambda h, k=k: h.queue_depth == k)  # request k queued before k+1
+        health = httpx.get(served.base + "/health", timeout=10).json()
+        assert health["queue"] == {"interactive": 4, "batch": 3} and health["queue_depth"] == 7
         served.engine.resume()
         answers = [f.result() for f in futures]
     assert holder.result().status_code == 200
     record = served.engine.record
     order = [next((i for i in range(1, 8) if f"client {i}" in served.engine.text(p)), None)
              for p in record.prompts[1:]]
-    assert order == list(range(1, 8))
+    assert order == [6, 1, 3, 5, 7, 2, 4]
     assert len(record.prompts) == 8  # each generation once (the engine resets per prompt)
     # each answer is the one the request gets alone (greedy): nothing leaked between them
     for body, (status, content) in zip(bodies, answers):
@@ -151,6 +156,14 @@ def test_concurrent_clients_are_answered_in_arrival_order(holding):
         assert ask(served.base, body) == (200, content)
     if served.kind == "fake":
         assert [c for _, c in answers] == [f"Echo: client {i}" for i in range(1, 8)]
+
+
+def test_priority_must_be_an_integer(holding):
+    served, _ = holding()
+    served.engine.resume()
+    for value in ("high", 1.5, True):
+        r = post(served.base, chat("x", priority=value))
+        assert r.status_code == 400 and r.json()["error"]["param"] == "priority"
 
 
 def test_max_queue_counts_only_waiting_requests(engine_kind, request):

@@ -90,13 +90,17 @@ def test_include_usage(client):
 
 
 def test_every_request_starts_from_a_reset_engine(served, client):
-    """Statelessness (docs/HTTP.md §6): a greedy answer is the same whatever ran before."""
+    """Statelessness (docs/HTTP.md §6): a greedy answer is the same whatever ran before;
+    only the prefix cache remembers the prompt (all but its last token are reused)."""
     first = client.post("/v1/chat/completions", json=greedy("Hello there")).json()
     client.post("/v1/chat/completions", json=user("something else entirely", temperature=0.9))
     client.post("/v1/completions", json={"prompt": "a raw continuation", "max_tokens": 5})
     second = client.post("/v1/chat/completions", json=greedy("Hello there")).json()
     assert first["choices"][0]["message"] == second["choices"][0]["message"]
+    cached = second["usage"].pop("prompt_tokens_details")["cached_tokens"]
+    first["usage"].pop("prompt_tokens_details")
     assert first["usage"] == second["usage"]
+    assert cached == second["usage"]["prompt_tokens"] - 1 == second["waste"]["cached_tokens"]
 
 
 def test_seeded_sampling_reproduces(client):

@@ -74,6 +74,22 @@ def test_cli_plan_and_version(native_container):
     tiny = subprocess.run([sys.executable, "-m", "waste", str(native_container), "--plan",
                            "--budget", "1K"], capture_output=True, text=True, timeout=60)
     assert tiny.returncode == 1 and "floor" in tiny.stderr
+    # The prefix cache's share (docs/ENGINE.md §2): a default share of the budget, an explicit
+    # size, one too small for an entry (off, and why), one that leaves the engine no floor.
+    assert "prefix_cache_bytes" in plan.stdout and "engine_budget_bytes" in plan.stdout
+    sized = subprocess.run([sys.executable, "-m", "waste", str(native_container), "--plan",
+                            "--budget", "8M", "--prefix-cache", "2M"],
+                           capture_output=True, text=True, timeout=60)
+    assert sized.returncode == 0 and f"prefix_cache_bytes: {2 << 20}\n" in sized.stdout
+    assert f"engine_budget_bytes: {6 << 20}\n" in sized.stdout
+    small = subprocess.run([sys.executable, "-m", "waste", str(native_container), "--plan",
+                            "--budget", "8M", "--prefix-cache", "1K"],
+                           capture_output=True, text=True, timeout=60)
+    assert "prefix_cache_bytes: 0 (off: 1024 bytes cannot hold one entry" in small.stdout
+    over = subprocess.run([sys.executable, "-m", "waste", str(native_container), "--plan",
+                           "--budget", "8M", "--prefix-cache", "8M"],
+                          capture_output=True, text=True, timeout=60)
+    assert over.returncode == 1 and "--prefix-cache" in over.stderr and "floor" in over.stderr
     version = subprocess.run([sys.executable, "-m", "waste", "--version"], capture_output=True,
                              text=True, timeout=60)
     assert version.returncode == 0 and "libwaste" in version.stdout

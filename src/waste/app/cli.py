@@ -62,7 +62,8 @@ def _print_plan(settings: Settings) -> int:
     if settings.model is None:
         print("waste: --plan needs MODEL", file=sys.stderr)
         return 2
-    from waste.adapters.native import plan_memory  # needs libwaste built (see above)
+    # needs libwaste built (see above)
+    from waste.adapters.native import NativeOptions, plan_memory, plan_prefix_cache
     from waste.tools.plan_config import cold_token_lines, plan_anyway, plannable
 
     refused = None
@@ -74,11 +75,16 @@ def _print_plan(settings: Settings) -> int:
                 plan = plan_memory(path, settings)
             else:
                 plan, refused = plan_anyway(path, settings)
+        # The prefix cache's share of that budget (docs/ENGINE.md §2 "Prefix cache").
+        prefix = plan_prefix_cache(plan, NativeOptions.from_settings(settings))
     except Exception as exc:
         print(f"waste: plan refused: {exc}", file=sys.stderr)
         return 1
     for key, value in [*plan.items(), *cold_token_lines(plan, manifest, 7.0)]:
         print(f"{key:>20}: {value}")
+    print(f"{'prefix_cache_bytes':>20}: {prefix.bytes}" + (f" ({prefix.note})" if prefix.note else ""))
+    print(f"{'prefix_entry_bytes':>20}: {prefix.entry_bytes}")
+    print(f"{'engine_budget_bytes':>20}: {prefix.engine_budget_bytes}")
     if refused:
         print(f"{'this_machine':>20}: does not fit ({refused})")
     # How the experts would be read (docs/ENGINE.md §5): the policy and the read-ahead flags.

@@ -33,7 +33,8 @@ def engine_opener(settings: Settings) -> EngineOpener:
     """The opener ``settings`` asks for: the scripted fake, or libwaste on a container."""
     if settings.fake_engine is not None:
         script = load_script(settings.fake_engine)  # a bad script fails at startup
-        return lambda: open_fake_engine(script, ctx_tokens=settings.ctx, vision=settings.vision)
+        return lambda: open_fake_engine(script, ctx_tokens=settings.ctx, vision=settings.vision,
+                                        prefix_cache=settings.prefix_cache)
 
     model = settings.model
     if model is None:

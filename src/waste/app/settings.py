@@ -41,6 +41,7 @@ class Settings:
     thinking: bool = True
     allow_local_images: bool = False
     max_queue: int = 64
+    prefix_cache: int | None = None  # bytes; None = a share of the budget (docs/ENGINE.md §2)
     cors_origins: tuple[str, ...] = ()
     log_level: str = "info"
     fake_engine: str | None = None
@@ -105,6 +106,7 @@ _VALUED = {
     "model-id": ("model_id", lambda t, w: t or None),
     "api-key": ("api_key", lambda t, w: t or None),
     "budget": ("budget", parse_size),
+    "prefix-cache": ("prefix_cache", parse_size),
     "ctx": ("ctx", lambda t, w: _parse_int(t, w)),
     "threads": ("threads", lambda t, w: _parse_int(t, w)),
     "io-threads": ("io_threads", lambda t, w: _parse_int(t, w, 0, 64)),

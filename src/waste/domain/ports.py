@@ -13,6 +13,7 @@ from typing import Any, Callable, ClassVar, Protocol, Sequence
 import attrs
 
 from waste.domain.reply.constraint import TokenMatcher
+from waste.domain.prefix_cache import PrefixCacheStats
 from waste.domain.requests.messages import ImagePart
 
 # -- engine errors ----------------------------------------------------------------------------
@@ -218,7 +219,8 @@ class GenerationResult:
     """What one ``generate`` call did. ``stop_reason``: token, max_tokens, ctx_full, callback.
 
     ``prompt_tokens`` counts the prompt after image expansion; ``cached_tokens`` how many of
-    them were reused from an earlier call instead of evaluated (0 until prefix reuse).
+    them were restored from the engine's prefix cache instead of evaluated (the prefill
+    covered ``prompt_tokens - cached_tokens``).
     """
 
     prompt_tokens: int
@@ -255,6 +257,7 @@ class EngineStats:
     wasted_bytes: int = 0
     io_queue_depth_max: int = 0
     disk_busy_s: float = 0.0
+    prefix_cache: PrefixCacheStats = attrs.field(factory=PrefixCacheStats)
 
 
 # Returns True to stop generation (the client left, or a stop string matched).
@@ -360,9 +363,19 @@ class Engine(Protocol):
     def generate(self, prompt: Prompt, params: SamplingParams, on_token: TokenCallback, *,
                  is_cancelled: Callable[[], bool] | None = None,
                  mask: MaskFiller | None = None) -> GenerationResult:
-        """Generate a reply to ``prompt`` from a fresh state: expand its images, prefill, then
-        sample until a stop id, ``max_tokens`` (cut to the room the prompt leaves), a full
-        context, or ``on_token`` returning True (``stop_reason`` ``callback``).
+        """Generate a reply to ``prompt`` from a fresh state: expand its images, restore the
+        longest prefix of it the engine's prefix cache holds (``cached_tokens``), prefill the
+        rest, then sample until a stop id, ``max_tokens`` (cut to the room the prompt
+        leaves), a full context, or ``on_token`` returning True (``stop_reason`` ``callback``).
+
+        Prefix cache (docs/ENGINE.md §2): states are stored at the end of the prompt (its
+        last token excluded: one token is always evaluated), at regular intervals inside a
+        long prompt and at the end of the generation (prompt + reply but its last token), so
+        the next turn of a conversation prefills only its new tokens. A restored prefix plus
+        the rest gives logits byte-identical to one fresh prefill. Every call starts from
+        the same stored states, so a caller wanting several replies to one prompt (n > 1)
+        simply calls ``generate`` again: from the second call on, only the prompt's last
+        token is evaluated.
 
         ``mask`` (when given) restricts each token to the ids it leaves allowed; ``params``
         carries the logit processing (bias, penalties, min_p) and ``top_logprobs``.

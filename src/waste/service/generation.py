@@ -1,4 +1,8 @@
-"""The generation service: one Trio task owns the engine and runs jobs FIFO in a worker thread.
+"""The generation service: one Trio task owns the engine and runs jobs in a worker thread.
+
+Queue order (docs/HTTP.md §2.1): the lowest ``priority`` first (vLLM's convention, default
+0); at equal priority interactive (streaming) jobs before batch (non-streaming) ones; FIFO
+within each. A running generation is never preempted.
 
 A request is admitted once (``admit``: the place is held from then on) and reads its events
 from an unbounded per-job channel, so a client that stops reading never blocks the engine
@@ -85,6 +89,8 @@ class Job:
     assembler: ReplyAssembler
     images: tuple[PromptImage, ...] = ()
     ctx_param: str = "messages"
+    interactive: bool = False  # a streaming request: it overtakes queued batch ones
+    priority: int = 0  # lower runs sooner
     cancelled: bool = False
     completed: bool = False  # set by the request once it has read Finished or Failed
     started: bool = False  # handed to the engine thread
@@ -94,6 +100,14 @@ class Job:
     send: trio.MemorySendChannel | None = None
     # A response_format grammar on the answer: the engine's mask, told every sampled token.
     constraint: AnswerConstraint | None = None
+    order: int = 0  # admission order, set by ``admit``: FIFO within a class
+
+    @property
+    def queue_class(self) -> str:
+        return "interactive" if self.interactive else "batch"
+
+    def sort_key(self) -> tuple[int, int, int]:
+        return (self.priority, 0 if self.interactive else 1, self.order)
 
 
 def _deliver(send: trio.MemorySendChannel, item: object) -> None:
@@ -111,7 +125,7 @@ EngineOpener = Callable[[], AsyncContextManager["tuple[Engine, Tokenizer]"]]
 
 @attrs.define(eq=False)
 class GenerationService:
-    """Owns the engine for the server's lifetime: opening, the FIFO queue, shutdown.
+    """Owns the engine for the server's lifetime: opening, the ordered queue, shutdown.
 
     ``running`` is the job that owns the engine (or is about to: it is assigned the moment
     an idle engine admits it); ``queue_depth`` counts only the jobs waiting behind it.
@@ -136,6 +150,7 @@ class GenerationService:
     tokenizer_limiter: trio.CapacityLimiter = attrs.field(factory=lambda: trio.CapacityLimiter(1))
     aborting: bool = False  # the shutdown grace ran out: the running job is being stopped
     _waiting: collections.deque = attrs.field(factory=collections.deque)
+    _admitted: int = 0
     _changed: trio.lowlevel.ParkingLot = attrs.field(factory=trio.lowlevel.ParkingLot)
     _shutdown_requested: trio.Event = attrs.field(factory=trio.Event)
     _stopped: trio.Event = attrs.field(factory=trio.Event)
@@ -149,6 +164,24 @@ class GenerationService:
     def queue_depth(self) -> int:
         """Jobs waiting for the engine (not the one that owns it)."""
         return len(self._waiting)
+
+    def queue_depths(self) -> dict[str, int]:
+        """Waiting jobs per class: ``interactive`` (streaming) and ``batch``."""
+        depths = {"interactive": 0, "batch": 0}
+        for job in self._waiting:
+            depths[job.queue_class] += 1
+        return depths
+
+    def queue_order(self) -> list[Job]:
+        """The waiting jobs in the order they will run."""
+        return sorted(self._waiting, key=Job.sort_key)
+
+    def _next_job(self) -> Job | None:
+        if not self._waiting:
+            return None
+        job = min(self._waiting, key=Job.sort_key)
+        self._waiting.remove(job)
+        return job
 
     async def wait_until(self, predicate: Callable[["GenerationService"], bool]) -> None:
         """Return once ``predicate(self)`` holds; re-checked after every change of state."""
@@ -212,7 +245,7 @@ class GenerationService:
                 token = trio.lowlevel.current_trio_token()
                 await trio.to_thread.run_sync(self._run_job, job, token,
                                               limiter=self.engine_limiter)
-            self.running = self._waiting.popleft() if self._waiting else None
+            self.running = self._next_job()
             self._notify()
 
     # -- admission -----------------------------------------------------------------------
@@ -233,6 +266,8 @@ class GenerationService:
             raise QueueFull()
         send, receive = trio.open_memory_channel(math.inf)
         job.send = send
+        self._admitted += 1
+        job.order = self._admitted
         if self.running is None:
             self.running = job
         else:

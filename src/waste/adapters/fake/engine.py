@@ -20,6 +20,7 @@ import attrs
 import trio
 
 from waste.domain.chatjson.load import marker_strings
+from waste.domain.prefix_cache import Key, PrefixCache, checkpoints, image_digest, prompt_key
 from waste.domain.ports import (MaskFiller, Cancelled, EngineBusy, EngineStats, GenerationResult,
                                 InvalidArgument, ModelInfo, Prompt, PromptImage,
                                 SamplingParams, TokenCallback, TokenEvent, Unsupported,
@@ -31,6 +32,11 @@ from waste.adapters.fake.script import SCRIPTED_ERRORS, FakeScript, ReplyRule
 from waste.adapters.fake.vocabulary import EOS, N_BASE_VOCAB, FakeVocabulary
 
 _BYTES_PER_TOKEN = 4096
+# The fake's stored states have a size as libwaste's do: a fixed part (the KDA state) plus a
+# part per position (the MLA latents), so LRU by bytes behaves alike.
+FAKE_STATE_BYTES = 4096
+FAKE_POSITION_BYTES = 64
+FAKE_PREFIX_CACHE = 4 * 1024 * 1024  # the default when the server gives no --prefix-cache
 # What libwaste answers on a container converted without tokenizer files.
 NO_TOKENIZER = ("fake engine: the container has no tokenizer files (tokenizer.tiktoken, "
                 "specials.json); use token ids")
@@ -49,13 +55,16 @@ class FakeRecord:
     tokens_delivered: int = 0
     usage_saves: int = 0
     tokenizer_calls: int = 0  # every tokenize/detokenize call (each one a thread hop)
+    cached: list[int] = attrs.field(factory=list)  # positions restored, per generate call
+    prefilled: list[int] = attrs.field(factory=list)  # positions evaluated by the prefill
 
 
 class FakeEngine:
     """The Engine and Tokenizer ports, scripted. Blocking calls; a concurrent call raises
     EngineBusy."""
 
-    def __init__(self, script: FakeScript, *, ctx_tokens: int = 0, vision: bool = False) -> None:
+    def __init__(self, script: FakeScript, *, ctx_tokens: int = 0, vision: bool = False,
+                 prefix_cache: int | None = None, prefix_interval: int = 256) -> None:
         self.script = script
         self.record = FakeRecord()
         self.vocab = FakeVocabulary(script)
@@ -67,6 +76,11 @@ class FakeEngine:
         self._abort = threading.Event()
         self._totals = {"tokens": 0, "hit": 0, "miss": 0, "bytes": 0}
         self.closed = False
+        capacity = FAKE_PREFIX_CACHE if prefix_cache is None else prefix_cache
+        if capacity and capacity < self.entry_bytes(self._ctx):
+            capacity = 0  # too small for one full-context entry: off, as libwaste's adapter
+        self.prefix_cache: PrefixCache[int] = PrefixCache(capacity=capacity)
+        self.prefix_interval = prefix_interval
         if script.load_delay_s:
             time.sleep(script.load_delay_s)
 
@@ -131,7 +145,13 @@ class FakeEngine:
             t = dict(self._totals)
         return EngineStats(tokens_generated=t["tokens"], experts_hit=t["hit"],
                            experts_missed=t["miss"], bytes_read=t["bytes"], direct_io=True,
-                           io_note=None, budget_bytes=0, peak_bytes=0)
+                           io_note=None, budget_bytes=0, peak_bytes=0,
+                           prefix_cache=self.prefix_cache.stats())
+
+    @staticmethod
+    def entry_bytes(positions: int) -> int:
+        """The size a stored state of ``positions`` positions counts as."""
+        return FAKE_STATE_BYTES + FAKE_POSITION_BYTES * positions
 
     # -- lifetime (the opener's) ----------------------------------------------------------
     def save_usage(self) -> None:
@@ -153,7 +173,10 @@ class FakeEngine:
             if not ids:
                 raise InvalidArgument("fake engine: empty prompt")
             params = fit_to_context(params, len(ids), self._ctx)
-            return self._generate(ids, params, on_token, mask)
+            digests = [image_digest(i.rgb, i.width, i.height) for i in prompt.images]
+            key = prompt_key(prompt.ids, self._placeholder_id(), digests,
+                             [self.script.image_positions] * len(digests))
+            return self._generate(ids, params, on_token, key, mask)
 
     def _reset(self) -> None:
         self._position = 0
@@ -181,18 +204,36 @@ class FakeEngine:
         return out
 
     def _generate(self, prompt: list[int], params: SamplingParams,
-                  on_token: TokenCallback, mask: MaskFiller | None = None) -> GenerationResult:
+                  on_token: TokenCallback, key: Key,
+                  mask: MaskFiller | None = None) -> GenerationResult:
         self.record.prompts.append(prompt)
         self.record.positions_at_generate.append(self._position)
         self.record.generated.append(0)
         started = time.perf_counter()
+        cache = self.prefix_cache
+        entry = cache.longest_prefix(key, below=len(prompt) - 1) if cache.enabled else None
+        cached = len(entry.key) if entry is not None else 0
+        cache.count_reuse(cached)
+        self.record.cached.append(cached)
+        self.record.prefilled.append(len(prompt) - cached)
+        delivered: list[int] = []
         try:
+            self._position = cached
             self._pause(self.script.prefill_delay_s)
-            self._position += len(prompt)
+            for point in checkpoints(cached, len(prompt) - 1, self.prefix_interval):
+                self._store(key[:point])
+            self._position = len(prompt)
             prefill_ms = (time.perf_counter() - started) * 1000
             tokens, rule = plan_reply(self.vocab, self.script, prompt)
             decode_started = time.perf_counter()
-            reason = self._decode(tokens, rule, params, on_token, mask)
+
+            def collect(event: TokenEvent) -> bool:
+                delivered.append(event.token)
+                return on_token(event)
+
+            reason = self._decode(tokens, rule, params, collect, mask)
+            if delivered:  # the last delivered token is never evaluated, as in libwaste
+                self._store(key + tuple(delivered[:-1]))
         except Cancelled:
             self.record.stop_reasons.append("cancelled")
             raise
@@ -205,7 +246,11 @@ class FakeEngine:
             prompt_tokens=len(prompt), tokens_generated=n, stop_reason=reason,
             experts_hit=3 * n, experts_missed=n, bytes_read=_BYTES_PER_TOKEN * n,
             prefill_ms=prefill_ms, decode_ms=(time.perf_counter() - decode_started) * 1000,
-            direct_io=True)
+            direct_io=True, cached_tokens=cached)
+
+    def _store(self, key: Key) -> None:
+        if self.prefix_cache.enabled and key not in self.prefix_cache:
+            self.prefix_cache.put(key, len(key), self.entry_bytes(len(key)))
 
     def _masked(self, mask: MaskFiller, n: int, token: int) -> int | None:
         """The scripted token if the mask allows it, else the lowest allowed id (a script has
@@ -304,14 +349,16 @@ class FakeEngine:
 
 
 @contextlib.asynccontextmanager
-async def open_fake_engine(script: FakeScript, *, ctx_tokens: int = 0, vision: bool = False
+async def open_fake_engine(script: FakeScript, *, ctx_tokens: int = 0, vision: bool = False,
+                           prefix_cache: int | None = None
                            ) -> AsyncIterator[tuple[FakeEngine, FakeEngine]]:
     """Own a ``FakeEngine`` (its own tokenizer) for a server's lifetime, as the native
     opener does: opened in a thread (``load_delay_s`` blocks), waited for even when
     cancelled; on exit the hotlist "save" is recorded and the engine closed."""
     with trio.CancelScope(shield=True):
         engine = await trio.to_thread.run_sync(
-            lambda: FakeEngine(script, ctx_tokens=ctx_tokens, vision=vision))
+            lambda: FakeEngine(script, ctx_tokens=ctx_tokens, vision=vision,
+                               prefix_cache=prefix_cache))
     try:
         yield engine, engine
     finally:

@@ -90,7 +90,7 @@ async def chat_completions(state: ServerState) -> Response:
                        plan.stop_ids, "messages")
     assembler = ReplyAssembler.create(plan.new_reader(), req.stop)
     job = Job(prompt=prompt, params=params, images=tuple(images), ctx_param="messages",
-              assembler=assembler,
+              interactive=req.stream, priority=req.priority, assembler=assembler,
               constraint=await _answer_constraint(state, req, plan, assembler))
     return await _answer(state, job, req, "chatcmpl-", ChatChunks, chat_response)
 
@@ -151,7 +151,7 @@ async def completions(state: ServerState) -> Response:
                        sorted(stop_ids), "prompt")
     reader = TextReader(stop_ids=frozenset(stop_ids))
     job = Job(prompt=prompt, params=params, ctx_param="prompt",
-              assembler=ReplyAssembler.create(reader, req.stop))
+              interactive=req.stream, priority=req.priority, assembler=ReplyAssembler.create(reader, req.stop))
     return await _answer(state, job, req, "cmpl-", CompletionChunks, completion_response)
 
 
@@ -183,7 +183,8 @@ def _account(state: ServerState, job: Job, done: Finished, queue_ms: float,
         generated_tokens=result.tokens_generated))
     reader = job.assembler.reader
     reasoning = None if isinstance(reader, TextReader) else job.assembler.reasoning_tokens
-    usage_body = usage(done.prompt_tokens, result.tokens_generated, reasoning)
+    usage_body = usage(done.prompt_tokens, result.tokens_generated, reasoning,
+                       result.cached_tokens)
     waste = waste_object(prompt_tokens=done.prompt_tokens, result=result, queue_ms=queue_ms,
                          seed=job.params.seed, stats=state.engine.statistics(),
                          requests=state.completed_requests)

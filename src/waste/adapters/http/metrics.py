@@ -173,6 +173,17 @@ class _Scrape:
             yield _gauge("waste_memory_budget_bytes", "The memory budget", stats.budget_bytes)
             yield _gauge("waste_memory_peak_bytes", "Peak memory the engine accounted",
                          stats.peak_bytes)
+            pc = stats.prefix_cache  # docs/ENGINE.md §2 "Prefix cache"
+            yield _counter("waste_prefix_cache_reused_tokens", "Prompt tokens restored from the "
+                           "prefix cache instead of prefilled", pc.reused_tokens)
+            yield _counter("waste_prefix_cache_hits", "Requests that restored a stored prefix",
+                           pc.hits)
+            yield _counter("waste_prefix_cache_evictions", "Prefix-cache entries evicted",
+                           pc.evictions)
+            yield _gauge("waste_prefix_cache_entries", "Entries in the prefix cache", pc.entries)
+            yield _gauge("waste_prefix_cache_bytes", "Bytes held by the prefix cache", pc.bytes)
+            yield _gauge("waste_prefix_cache_capacity_bytes", "The prefix cache's size",
+                         pc.capacity_bytes)
         if snap is not None:
             info = GaugeMetricFamily("waste_info", "The served model, server version and chat "
                                      "format", labels=list(snap.info))

@@ -231,7 +231,8 @@ async def _health(state: ServerState) -> Response:
         "status": "ok", "model": state.config.model_id, "engine": state.info.build_info,
         "uptime_s": round(time.monotonic() - state.started, 3),
         "chat_format": state.chat_format.name,
-        "queue_depth": service.queue_depth, "generating": service.running is not None,
+        "queue_depth": service.queue_depth, "queue": service.queue_depths(),
+        "generating": service.running is not None,
         "fake_engine": state.config.fake_engine})
 
 

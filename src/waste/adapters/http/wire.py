@@ -51,6 +51,7 @@ def waste_object(*, prompt_tokens: int, result: GenerationResult | None, queue_m
         "prompt_tokens": prompt_tokens, "tokens_generated": generated,
         "experts_hit": hit, "experts_missed": miss, "expert_hit_rate": hit_rate(hit, miss),
         "bytes_read": result.bytes_read if result else 0,
+        "cached_tokens": result.cached_tokens if result else 0,
         "direct_io": bool(result.direct_io) if result else stats.direct_io,
         "queue_ms": round(queue_ms, 3), "prefill_ms": round(result.prefill_ms, 3) if result else 0.0,
         "decode_ms": round(decode_ms, 3),
@@ -67,14 +68,22 @@ def waste_object(*, prompt_tokens: int, result: GenerationResult | None, queue_m
             "lookahead_accuracy": stats.guess_hits / stats.guesses if stats.guesses else None,
             "lookahead_wasted_bytes": stats.wasted_bytes,
             "io_queue_depth_max": stats.io_queue_depth_max, "disk_busy_s": round(stats.disk_busy_s, 6),
+            "prefix_cache": {
+                "reused_tokens": stats.prefix_cache.reused_tokens,
+                "hits": stats.prefix_cache.hits, "entries": stats.prefix_cache.entries,
+                "bytes": stats.prefix_cache.bytes,
+                "capacity_bytes": stats.prefix_cache.capacity_bytes,
+                "evictions": stats.prefix_cache.evictions,
+            },
         },
     }
 
 
-def usage(prompt_tokens: int, completion_tokens: int, reasoning_tokens: int | None) -> dict:
+def usage(prompt_tokens: int, completion_tokens: int, reasoning_tokens: int | None,
+          cached_tokens: int = 0) -> dict:
     body = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens,
-            "prompt_tokens_details": {"cached_tokens": 0}}
+            "prompt_tokens_details": {"cached_tokens": cached_tokens}}
     if reasoning_tokens is not None:
         body["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
     return body

@@ -20,11 +20,13 @@ from typing import Any, AsyncIterator, Callable, Sequence
 import attrs
 import trio
 
-from waste.domain.ports import (Cancelled, EngineError, EngineStats, GenerationResult, Prompt,
-                                SamplingParams, TokenCallback, TokenEvent, fit_to_context,
-                                MaskFiller)
+from waste.domain.ports import (BudgetExceeded, Cancelled, EngineError, EngineStats,
+                                GenerationResult, MaskFiller, Prompt, SamplingParams,
+                                TokenCallback, TokenEvent, fit_to_context)
+from waste.domain.prefix_cache import Key, PrefixCache, checkpoints
 
-from waste.adapters.native.context import NativeContext, fail, ffi, int32_array, lib
+from waste.adapters.native.context import (MemoryPlan, NativeContext, fail, ffi, int32_array,
+                                           lib, plan_memory)
 from waste.adapters.native.options import NativeOptions
 
 STOP_REASONS = {
@@ -104,12 +106,64 @@ def _waste_on_mask(index: int, allowed: Any, n_words: int, user: Any) -> int:
     return ffi.from_handle(user).run(index, allowed, n_words)
 
 
+# Snapshot buffers are written whole by waste_snapshot_save: no need to zero them first.
+_raw_alloc = ffi.new_allocator(should_clear_after_alloc=False)
+
+
 def _set_fields(struct: Any, **values: Any) -> None:
     for name, value in values.items():
         try:
             setattr(struct, name, value)
         except (OverflowError, TypeError) as exc:
             fail(lib.WASTE_E_ARG, f"sampling parameter {name}={value!r} is out of range: {exc}")
+
+
+# The default prefix cache: this share of the budget, when the engine's floor leaves room.
+PREFIX_CACHE_SHARE = 8
+_DEFAULT_CTX = 4096
+
+
+@attrs.frozen
+class PrefixCachePlan:
+    """How much of the budget the prefix cache takes (``--plan`` prints it).
+
+    ``entry_bytes`` is one stored state at a full context (the most one entry can need);
+    ``note`` says why the cache is off, when it is."""
+
+    bytes: int
+    entry_bytes: int
+    engine_budget_bytes: int
+    note: str = ""
+
+
+def plan_prefix_cache(plan: MemoryPlan, options: NativeOptions) -> PrefixCachePlan:
+    """The prefix cache's share of ``plan``'s budget (docs/ENGINE.md §2 "Prefix cache").
+
+    ``options.prefix_cache`` None is the default: 1/8 of the budget, at most what the
+    floor leaves. A size too small for one full-context entry turns the cache off.
+
+    Raises:
+        BudgetExceeded: an explicit size that leaves the engine below its floor.
+    """
+    ctx = options.ctx_tokens or _DEFAULT_CTX
+    entry = plan.state_bytes + 4 * ctx + 36  # docs/FORMAT.md §7: the blob at position ctx
+    budget, room = plan.budget_bytes, max(0, plan.budget_bytes - plan.floor_bytes)
+    requested = options.prefix_cache
+    if requested == 0:
+        return PrefixCachePlan(0, entry, budget, "off (--prefix-cache 0)")
+    if requested is None:
+        size = min(budget // PREFIX_CACHE_SHARE, room)
+    elif requested > room:
+        raise BudgetExceeded(
+            f"--prefix-cache {requested} bytes leaves the engine {budget - requested} bytes, "
+            f"below its floor of {plan.floor_bytes} (budget {budget}); at most {room} fit")
+    else:
+        size = requested
+    if size < entry:
+        return PrefixCachePlan(0, entry, budget,
+                               f"off: {size} bytes cannot hold one entry of {entry} bytes "
+                               f"(the state at a full context of {ctx} tokens)")
+    return PrefixCachePlan(size, entry, budget - size)
 
 
 class NativeEngine(NativeContext):
@@ -126,6 +180,15 @@ class NativeEngine(NativeContext):
     def __init__(self, path: str | Path, options: NativeOptions) -> None:
         self._tokens_generated = 0
         self._token_table: list[bytes] = []
+        self.prefix_plan = PrefixCachePlan(0, 0, options.ram_budget_bytes,
+                                           "off (--prefix-cache 0)")
+        if options.prefix_cache != 0 and not options.tokenizer_only:
+            # The cache's buffers live outside libwaste: its bytes come out of the budget.
+            self.prefix_plan = plan_prefix_cache(plan_memory(path, options), options)
+            if self.prefix_plan.bytes:
+                options = attrs.evolve(options,
+                                       ram_budget_bytes=self.prefix_plan.engine_budget_bytes)
+        self.prefix_cache: PrefixCache[Any] = PrefixCache(capacity=self.prefix_plan.bytes)
         super().__init__(path, options)
 
     @classmethod
@@ -211,7 +274,86 @@ class NativeEngine(NativeContext):
                 self.add_image(image.rgb, image.width, image.height)
             ids = self.expand_images(ids)
         params = fit_to_context(params, len(ids), self._info.ctx_tokens)
-        return self.generate_ids(ids, params, on_token, mask=mask)
+        if not self.prefix_cache.enabled or prompt.images:
+            # Images never reach the cache: libwaste has no vision tower yet (E_UNSUPPORTED
+            # above), and the fake engine's keys show how digests would enter the key.
+            return self.generate_ids(ids, params, on_token, mask=mask)
+        return self._generate_cached(ids, params, on_token, mask)
+
+    def _generate_cached(self, ids: list[int], params: SamplingParams,
+                         on_token: TokenCallback,
+                         mask: MaskFiller | None = None) -> NativeGenerationResult:
+        """Restore the longest stored prefix, prefill the rest storing states at the
+        checkpoints, generate, then store the state at the end of the generation."""
+        before = self._read_stats_locked()
+        started = time.perf_counter()
+        key: Key = tuple(ids)
+        cached = self.restore_prefix(key)
+        self.prefix_cache.count_reuse(cached)
+        position = cached
+        for point in checkpoints(cached, len(ids) - 1, self.options.prefix_interval):
+            self._eval_quiet(ids[position:point])
+            position = point
+            self.store_prefix(key[:point])
+        prefill_ms = (time.perf_counter() - started) * 1000
+        delivered: list[int] = []
+
+        def collect(event: TokenEvent) -> bool:
+            delivered.append(event.token)
+            return on_token(event)
+
+        result = self.generate_ids(ids[position:], params, collect, mask=mask)
+        reply_key = key + tuple(delivered[:-1])
+        if delivered and self.position() == len(reply_key):
+            self.store_prefix(reply_key)
+        after = self._read_stats_locked()
+        return attrs.evolve(
+            result, prompt_tokens=len(ids), cached_tokens=cached,
+            prefill_ms=result.prefill_ms + prefill_ms,
+            experts_hit=after.hits - before.hits, experts_missed=after.misses - before.misses,
+            bytes_read=after.bytes_read - before.bytes_read)
+
+    def restore_prefix(self, key: Key) -> int:
+        """Restore the longest stored prefix of ``key`` that leaves at least one position
+        to evaluate (a snapshot carries no logits); the positions restored, 0 when none is
+        stored (the state is then untouched). Call it on a fresh state (after ``reset``).
+
+        Raises:
+            EngineError: as ``waste_snapshot_load`` (E_STATE on a poisoned context).
+        """
+        entry = self.prefix_cache.longest_prefix(tuple(key), below=len(key) - 1)
+        if entry is None:
+            return 0
+        with self._call() as ctx:
+            self._check(lib.waste_snapshot_load(ctx, entry.value, entry.size))
+        return len(entry.key)
+
+    def _read_stats_locked(self) -> Any:
+        with self._pointer:
+            return self._read_stats(self._ctx)
+
+    def _eval_quiet(self, ids: Sequence[int]) -> None:
+        array = int32_array(ids, "ids")
+        with self._call() as ctx:
+            self._check(lib.waste_eval(ctx, array, len(ids), ffi.NULL, 0))
+
+    def store_prefix(self, key: Key) -> bool:
+        """Store the current state in the prefix cache under ``key`` (the ids evaluated
+        since the reset); False when the cache is off, already holds it, or it cannot fit.
+        Evicts before it allocates, so the cache never holds more than its bytes."""
+        cache = self.prefix_cache
+        if not cache.enabled or key in cache:
+            return False
+        size = ffi.new("uint64_t *")
+        with self._call() as ctx:
+            self._check(lib.waste_snapshot_size(ctx, size))
+        n = int(size[0])
+        if not cache.make_room(n):
+            return False
+        buf = _raw_alloc("char[]", n)
+        with self._call() as ctx:
+            self._check(lib.waste_snapshot_save(ctx, buf, n, size))
+        return cache.put(key, buf, n)
 
     def generate_ids(self, prompt: Sequence[int], params: SamplingParams,
                      on_token: TokenCallback, *, mask: MaskFiller | None = None) -> NativeGenerationResult:
@@ -354,10 +496,12 @@ class NativeEngine(NativeContext):
         return EngineStats(tokens_generated=self._tokens_generated, experts_hit=stats.hits,
                            experts_missed=stats.misses, bytes_read=stats.bytes_read,
                            direct_io=bool(stats.direct_io), io_note=note or None,
-                           budget_bytes=stats.budget_bytes, peak_bytes=stats.peak_bytes,
+                           budget_bytes=stats.budget_bytes + self.prefix_cache.capacity,
+                           peak_bytes=stats.peak_bytes,
                            io_threads=stats.io_threads, lookahead=stats.lookahead, guesses=stats.guesses,
                            guess_hits=stats.guess_hits, wasted_bytes=stats.wasted_bytes,
-                           io_queue_depth_max=stats.queue_depth_max, disk_busy_s=stats.disk_busy_s)
+                           io_queue_depth_max=stats.queue_depth_max, disk_busy_s=stats.disk_busy_s,
+                           prefix_cache=self.prefix_cache.stats())
 
 
 class NativeTokenizer(NativeContext):
@@ -432,6 +576,12 @@ def open_native(path: str | Path, options: Any) -> tuple[NativeEngine, NativeTok
     started = time.perf_counter()
     engine = NativeEngine.open(path, options)
     _log_hotlist(engine, time.perf_counter() - started)
+    plan = engine.prefix_plan
+    if plan.bytes:
+        log.info("prefix cache: %d bytes of the budget (one full-context entry is %d bytes)",
+                 plan.bytes, plan.entry_bytes)
+    else:
+        log.warning("prefix cache %s", plan.note)
     try:
         tokenizer = NativeTokenizer.open(path, options)
     except BaseException:

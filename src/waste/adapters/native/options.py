@@ -31,6 +31,11 @@ def _one_of(choices: tuple[str, ...]):
     return check
 
 
+def _optional_size(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+    if value is not None:
+        _unsigned(_U64)(instance, attribute, value)
+
+
 def _flag(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
     if not isinstance(value, bool):
         raise ValueError(f"{attribute.name} must be a bool, got {value!r}")
@@ -64,6 +69,11 @@ class NativeOptions:
     lookahead: int = attrs.field(default=0, validator=_unsigned(_U32))
     tokenizer_only: bool = attrs.field(default=False, validator=_flag)
     kernels: str = attrs.field(default="auto", validator=_one_of(KERNELS))
+    # Not waste_cfg fields: the adapter's prefix cache (docs/ENGINE.md §2 "Prefix cache").
+    # Bytes taken out of ram_budget_bytes for stored states; 0 off, None the default share.
+    prefix_cache: int | None = attrs.field(default=0, validator=_optional_size)
+    # Tokens between the states stored inside a long prompt.
+    prefix_interval: int = attrs.field(default=1024, validator=_unsigned(_U32))
 
     @classmethod
     def from_settings(cls, settings: Any) -> "NativeOptions":
@@ -71,8 +81,10 @@ class NativeOptions:
 
         Reads ``budget`` (bytes), ``ctx``, ``threads``, ``cpus`` (str or None), ``cache``
         ("layer"/"lfru"/"lru"), ``direct_io`` (False for --no-direct-io), ``vision``, ``verify``,
-        ``usage`` (str or None), ``exclusive_open``, ``io_threads`` and ``lookahead`` (bool).
-        Every one is required: a missing attribute raises AttributeError naming it, a bad value ValueError naming the option.
+        ``usage`` (str or None), ``exclusive_open``, ``io_threads``, ``lookahead`` (bool) and
+        ``prefix_cache`` (bytes, None for the default share of the budget). Every one is
+        required: a missing attribute raises AttributeError naming it, a bad value ValueError
+        naming the option.
         """
         return cls(
             ram_budget_bytes=settings.budget, ctx_tokens=settings.ctx,
@@ -80,7 +92,7 @@ class NativeOptions:
             direct_io=settings.direct_io, vision=settings.vision,
             verify=settings.verify, usage_path=settings.usage,
             exclusive_open=settings.exclusive_open, io_threads=settings.io_threads,
-            lookahead=int(settings.lookahead))
+            lookahead=int(settings.lookahead), prefix_cache=settings.prefix_cache)
 
     @classmethod
     def coerce(cls, options: Any) -> "NativeOptions":

@@ -155,6 +155,23 @@ def parse_seed(body: dict[str, Any]) -> int | None:
     return value % SEED_SPAN
 
 
+PRIORITY_LIMIT = 2**63
+
+
+def parse_priority(body: dict[str, Any]) -> int:
+    """`priority` (vLLM's convention): an integer, lower runs sooner; 0 when absent or null."""
+    value = body.get("priority")
+    if value is None:
+        return 0
+    if not is_integer(value):
+        raise wrong_type("priority", "an integer", value)
+    if not -PRIORITY_LIMIT <= value < PRIORITY_LIMIT:
+        raise InvalidRequest(
+            f"priority must be an integer from -2**63 to 2**63 - 1, not {shorten(value)}.", "priority",
+            INVALID_VALUE)
+    return value
+
+
 def parse_token_cap(body: dict[str, Any], key: str) -> int | None:
     """`max_tokens` / `max_completion_tokens`: an integer >= 1, or None when absent.
 

@@ -25,6 +25,7 @@ from waste.domain.requests.fields import (
     parse_function_name,
     parse_include_usage,
     parse_only_one,
+    parse_priority,
     parse_seed,
     parse_stop,
     parse_temperature,
@@ -77,6 +78,7 @@ class GenerationFields:
     repetition_penalty: float = 1.0
     min_p: float = 0.0
     logit_bias: tuple[tuple[int, float], ...] = ()
+    priority: int = 0  # the queue's order: lower runs sooner (docs/HTTP.md §2.1)
 
 
 @attrs.frozen(kw_only=True)
@@ -142,6 +144,7 @@ def parse_chat_request(body: dict[str, Any]) -> ChatRequest:
     top_p = parse_top_p(body)
     top_k = parse_top_k(body)
     seed = parse_seed(body)
+    priority = parse_priority(body)
     completion_cap = parse_token_cap(body, "max_completion_tokens")
     legacy_cap = parse_token_cap(body, "max_tokens")  # checked even when the other wins
     stop = parse_stop(body)
@@ -164,6 +167,7 @@ def parse_chat_request(body: dict[str, Any]) -> ChatRequest:
         top_p=top_p,
         top_k=top_k,
         seed=seed,
+        priority=priority,
         max_tokens=completion_cap if completion_cap is not None else legacy_cap,
         stop=stop,
         stream=stream,
@@ -296,6 +300,7 @@ def parse_completion_request(body: dict[str, Any]) -> CompletionRequest:
     top_p = parse_top_p(body)
     top_k = parse_top_k(body)
     seed = parse_seed(body)
+    priority = parse_priority(body)
     max_tokens = parse_token_cap(body, "max_tokens")
     stop = parse_stop(body)
     parse_only_one(body, "n")
@@ -323,6 +328,7 @@ def parse_completion_request(body: dict[str, Any]) -> CompletionRequest:
         top_p=top_p,
         top_k=top_k,
         seed=seed,
+        priority=priority,
         max_tokens=max_tokens,
         stop=stop,
         stream=stream,

@@ -1,0 +1,199 @@
+"""The native adapter's prefix cache (docs/ENGINE.md §2 "Prefix cache"): a restored prefix
+plus the rest gives logits byte-identical to one fresh prefill of the whole prompt, with
+chunked prefill and after eviction; generations with the cache equal those without it; the
+budget is shared honestly. The oracle is libwaste's own fresh prefill on a second context
+that has no cache (the snapshot route vs the plain route, docs/ENGINE.md §7)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.engine.test_invariants import prompt_of, same_bytes
+from waste.domain.ports import BudgetExceeded, Prompt, SamplingParams
+from waste.domain.prefix_cache import checkpoints
+from waste.tools.make_container import Geometry, build_container
+
+CTX = 512
+BUDGET = 256 << 20  # above the tiny container's automatic budget, so the cache has room
+
+
+@pytest.fixture(scope="module")
+def native(libwaste):
+    from waste.adapters import native
+
+    return native
+
+
+def open_engine(native, path, **options):
+    opts = dict(ctx_tokens=CTX, usage_path="", prefix_cache=0, ram_budget_bytes=BUDGET)
+    opts.update(options)
+    return native.NativeEngine.open(path, native.NativeOptions(**opts))
+
+
+def greedy(engine, ids, max_tokens=6):
+    events = []
+    result = engine.generate(Prompt(ids=tuple(ids)), SamplingParams(temperature=0.0, max_tokens=max_tokens),
+                             lambda e: events.append((e.token, e.logprob)) and False)
+    return result, events
+
+
+@pytest.fixture(scope="module")
+def k3_container(synthetic_dir, libwaste):
+    """A tiny Kimi K3 container (every K3 delta on, arch kimi_k3)."""
+    out = synthetic_dir / "k3-f32.waste"
+    return out if out.exists() else build_container(out, seed=3, geometry=Geometry(k3=True))
+
+
+@pytest.fixture(scope="module", params=["kimi_linear", "kimi_k3"])
+def container(request, synthetic_f32, k3_container):
+    return synthetic_f32 if request.param == "kimi_linear" else k3_container
+
+
+@pytest.fixture(scope="module")
+def reference(native, container):
+    """A context without a cache on the same container: fresh prefills are the oracle."""
+    engine = open_engine(native, container)
+    yield engine
+    engine.close()
+
+
+def fresh(reference, ids):
+    reference.reset()
+    return reference.eval(ids)
+
+
+@pytest.mark.parametrize("chunk", [0, 1, 7])
+def test_restored_prefix_plus_rest_equals_fresh_prefill(native, container, reference, chunk,
+                                                        request):
+    engine = open_engine(native, container, prefix_cache=64 << 20, prefix_interval=16,
+                         prefill_chunk=chunk)
+    try:
+        ids = prompt_of(70, engine.model_info().vocab)
+        assert engine.model_info().arch == request.node.callspec.params["container"]
+        result, _ = greedy(engine, ids)
+        assert result.cached_tokens == 0 and result.prompt_tokens == 70
+        # Stored: every 16 tokens inside the prompt, the prompt's end (less one), the reply.
+        stored = sorted(len(k) for k in engine.prefix_cache._entries)
+        assert stored[:-1] == checkpoints(0, 69, 16) and stored[-1] == 70 + 6 - 1
+        # A longer prompt sharing 50 tokens restores 48 (the last checkpoint inside them).
+        longer = ids[:50] + prompt_of(30, engine.model_info().vocab, seed=8)
+        engine.reset()
+        assert engine.restore_prefix(tuple(longer)) == 48
+        assert same_bytes(engine.eval(longer[48:]), fresh(reference, longer))
+        # The same prompt again restores all but its last token.
+        engine.reset()
+        assert engine.restore_prefix(tuple(ids)) == 69
+        assert same_bytes(engine.eval(ids[69:]), fresh(reference, ids))
+    finally:
+        engine.close()
+
+
+def test_generations_with_and_without_the_cache_are_equal(native, container):
+    with_cache = open_engine(native, container, prefix_cache=64 << 20, prefix_interval=16)
+    without = open_engine(native, container)
+    try:
+        vocab = with_cache.model_info().vocab
+        turn, expected = prompt_of(40, vocab), 0
+        for n in range(4):  # a conversation: each prompt extends the previous reply
+            a, ea = greedy(with_cache, turn)
+            b, eb = greedy(without, turn)
+            assert ea == eb and a.tokens_generated == b.tokens_generated
+            assert a.cached_tokens == expected and b.cached_tokens == 0
+            reply = [t for t, _ in ea]
+            expected = len(turn) + len(reply) - 1  # the reply's last token was never evaluated
+            turn = turn + reply + prompt_of(5, vocab, seed=20 + n)
+        stats = with_cache.statistics().prefix_cache
+        assert stats.hits == 3 and stats.reused_tokens > 0 and stats.entries > 0
+    finally:
+        with_cache.close()
+        without.close()
+
+
+def test_eviction_keeps_restores_exact(native, container, reference):
+    engine = open_engine(native, container, prefix_cache=64 << 20, prefix_interval=0)
+    try:
+        vocab = engine.model_info().vocab
+        prompts = [prompt_of(60, vocab, seed=s) for s in range(3)]
+        greedy(engine, prompts[0], max_tokens=1)
+        one_entry = engine.prefix_cache.stats().bytes
+        # Room for about two entries of this size: the third prompt evicts the first's.
+        engine.prefix_cache.capacity = 2 * one_entry + one_entry // 2
+        for ids in prompts[1:]:
+            greedy(engine, ids, max_tokens=1)
+        stats = engine.prefix_cache.stats()
+        assert stats.evictions >= 1 and stats.bytes <= stats.capacity_bytes
+        engine.reset()
+        assert engine.restore_prefix(tuple(prompts[0])) == 0  # evicted
+        result, _ = greedy(engine, prompts[0], max_tokens=1)
+        assert result.cached_tokens == 0
+        engine.reset()
+        assert engine.restore_prefix(tuple(prompts[0])) == 59  # stored again, exact again
+        assert same_bytes(engine.eval(prompts[0][59:]), fresh(reference, prompts[0]))
+    finally:
+        engine.close()
+
+
+def test_cache_bytes_come_out_of_the_budget(native, synthetic_f32):
+    plan = native.plan_memory(synthetic_f32, native.NativeOptions(ctx_tokens=CTX, ram_budget_bytes=BUDGET))
+    room = plan.budget_bytes - plan.floor_bytes
+    default = native.plan_prefix_cache(plan, native.NativeOptions(ctx_tokens=CTX, ram_budget_bytes=BUDGET, prefix_cache=None))
+    assert default.bytes == min(plan.budget_bytes // 8, room)
+    assert default.engine_budget_bytes == plan.budget_bytes - default.bytes
+    tiny = native.plan_prefix_cache(plan, native.NativeOptions(ctx_tokens=CTX, ram_budget_bytes=BUDGET, prefix_cache=1024))
+    assert tiny.bytes == 0 and "cannot hold one entry" in tiny.note
+    with pytest.raises(BudgetExceeded, match="--prefix-cache"):
+        native.plan_prefix_cache(plan, native.NativeOptions(ctx_tokens=CTX, ram_budget_bytes=BUDGET, prefix_cache=room + 1))
+    engine = open_engine(native, synthetic_f32, prefix_cache=None)
+    try:
+        stats = engine.statistics()
+        assert engine.prefix_cache.capacity == default.bytes
+        # libwaste was opened with the rest; the total reported is the whole budget.
+        assert stats.budget_bytes == plan.budget_bytes
+        assert stats.peak_bytes <= default.engine_budget_bytes
+    finally:
+        engine.close()
+
+
+def test_a_cache_too_small_for_one_entry_is_off(native, synthetic_f32):
+    engine = open_engine(native, synthetic_f32, prefix_cache=1024)
+    try:
+        assert not engine.prefix_cache.enabled and "cannot hold one entry" in engine.prefix_plan.note
+        ids = prompt_of(30, engine.model_info().vocab)
+        greedy(engine, ids)
+        result, _ = greedy(engine, ids)
+        assert result.cached_tokens == 0 and len(engine.prefix_cache) == 0
+    finally:
+        engine.close()
+
+
+def test_logprobs_are_those_of_a_fresh_prefill(native, container, reference):
+    """The first token after a restore is the argmax of a fresh prefill's logits."""
+    engine = open_engine(native, container, prefix_cache=64 << 20, prefix_interval=16)
+    try:
+        ids = prompt_of(45, engine.model_info().vocab)
+        greedy(engine, ids)
+        result, events = greedy(engine, ids, max_tokens=1)
+        assert result.cached_tokens == 44
+        logits = np.asarray(fresh(reference, ids), np.float64)
+        assert events[0][0] == int(np.argmax(logits))
+    finally:
+        engine.close()
+
+
+def test_the_server_says_at_start_whether_the_cache_is_on(native, synthetic_f32, caplog):
+    """open_native (the server's opener) logs the cache's size, or why it is off."""
+    from waste.app.settings import Settings
+
+    def opened(**flags):
+        caplog.clear()
+        settings = Settings(model=str(synthetic_f32), ctx=CTX, usage="", budget=BUDGET, **flags)
+        with caplog.at_level("INFO", logger="waste.engine"):
+            engine, tokenizer = native.open_native(synthetic_f32, settings)
+        engine.close()
+        tokenizer.close()
+        return " ".join(r.getMessage() for r in caplog.records if "prefix cache" in r.getMessage())
+
+    assert f"prefix cache: {2 << 20} bytes of the budget" in opened(prefix_cache=2 << 20)
+    assert "prefix cache off: 1024 bytes cannot hold one entry" in opened(prefix_cache=1024)
+    assert "prefix cache off (--prefix-cache 0)" in opened(prefix_cache=0)

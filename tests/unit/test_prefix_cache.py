@@ -1,0 +1,115 @@
+"""The prefix cache's bookkeeping (waste.domain.prefix_cache) and the FakeEngine's prefix
+reuse, which follows the native adapter's rules (docs/ENGINE.md §2 "Prefix cache")."""
+
+from __future__ import annotations
+
+from waste.adapters.fake import FakeEngine, load_script
+from waste.domain.ports import Prompt, PromptImage, SamplingParams
+from waste.domain.prefix_cache import PrefixCache, checkpoints, image_digest, prompt_key
+from waste.domain.xtml.markers import MEDIA_PAD
+
+
+def test_longest_prefix_wins_and_leaves_a_position_to_evaluate():
+    cache: PrefixCache[str] = PrefixCache(capacity=100)
+    cache.put((1, 2), "a", 10)
+    cache.put((1, 2, 3, 4), "b", 10)
+    cache.put((1, 5), "c", 10)
+    assert cache.longest_prefix((1, 2, 3, 4, 5)).value == "b"
+    assert cache.longest_prefix((1, 2, 3, 4), below=3).value == "a"
+    assert cache.longest_prefix((1, 2, 9)).value == "a"
+    assert cache.longest_prefix((2, 1)) is None
+
+
+def test_lru_eviction_by_bytes():
+    cache: PrefixCache[str] = PrefixCache(capacity=30)
+    cache.put((1,), "a", 10)
+    cache.put((2,), "b", 10)
+    cache.put((3,), "c", 10)
+    assert cache.longest_prefix((1, 0)) is not None  # (1,) is now the most recently used
+    cache.put((4,), "d", 15)  # needs 15: evicts (2,) then (3,)
+    assert (1,) in cache and (4,) in cache and (2,) not in cache and (3,) not in cache
+    stats = cache.stats()
+    assert stats.evictions == 2 and stats.bytes == 25 and stats.entries == 2
+    assert not cache.put((5,), "e", 31) and (1,) in cache  # larger than everything: refused
+
+
+def test_a_zero_capacity_cache_is_off():
+    cache: PrefixCache[str] = PrefixCache(capacity=0)
+    assert not cache.enabled and not cache.put((1,), "a", 1) and cache.longest_prefix((1, 2)) is None
+
+
+def test_checkpoints():
+    assert checkpoints(0, 10, 4) == [4, 8, 10]
+    assert checkpoints(8, 10, 4) == [10]
+    assert checkpoints(5, 5, 4) == []
+    assert checkpoints(0, 8, 4) == [4, 8]
+    assert checkpoints(0, 7, 0) == [7]
+
+
+def test_image_digests_enter_the_key():
+    red, blue = image_digest(b"\xff\0\0", 1, 1), image_digest(b"\0\0\xff", 1, 1)
+    a = prompt_key([5, 9, 6], 9, [red], [2])
+    b = prompt_key([5, 9, 6], 9, [blue], [2])
+    assert a == (5, ("image", red), ("image", red), 6) and a[:1] == b[:1] and a[:2] != b[:2]
+    assert prompt_key([5, 6], 9, [], []) == (5, 6)
+
+
+def _fake(**kw):
+    return FakeEngine(load_script("builtin"), **kw)
+
+
+def _run(engine, ids, images=()):
+    return engine.generate(Prompt(ids=tuple(ids), images=tuple(images)),
+                           SamplingParams(temperature=0.0, max_tokens=8), lambda e: False)
+
+
+def _text(engine, text):
+    return engine.tokenize_markup(text)
+
+
+def test_the_fake_reuses_prefixes_like_the_native_adapter():
+    engine = _fake(prefix_interval=8)
+    ids = _text(engine, "hello there, how are you doing today my friend")
+    first = _run(engine, ids)
+    assert first.cached_tokens == 0 and engine.record.prefilled[-1] == len(ids)
+    again = _run(engine, ids)
+    assert again.cached_tokens == len(ids) - 1 and engine.record.prefilled[-1] == 1
+    # The next turn: the prompt plus the reply plus new text reuses prompt + reply - 1.
+    reply = engine.record.generated[-1]
+    assert reply > 1
+    delivered = _replies(engine)
+    turn = ids + delivered + _text(engine, " and more")
+    third = _run(engine, turn)
+    assert third.cached_tokens == len(ids) + len(delivered) - 1
+    # A prompt parting from the stored ones inside a long prompt reuses the last checkpoint.
+    parted = ids[:17] + _text(engine, " something else")
+    assert _run(engine, parted).cached_tokens == 16
+    assert engine.statistics().prefix_cache.hits == 4  # _replies ran the prompt once more
+
+
+def _replies(engine):
+    """The tokens the last generation delivered (the fake's scripted reply)."""
+    seen = []
+    engine.generate(Prompt(ids=tuple(engine.record.prompts[-1])),
+                    SamplingParams(temperature=0.0, max_tokens=8),
+                    lambda e: seen.append(e.token) and False)
+    return seen
+
+
+def test_the_fake_keys_images_by_digest():
+    engine = _fake(vision=True)
+    pad = engine.special_id(MEDIA_PAD)
+    ids = _text(engine, "look at") + [pad] + _text(engine, " this picture please")
+    red = PromptImage(rgb=b"\xff\0\0" * 4, width=2, height=2)
+    blue = PromptImage(rgb=b"\0\0\xff" * 4, width=2, height=2)
+    _run(engine, ids, [red])
+    assert _run(engine, ids, [red]).cached_tokens == len(engine.record.prompts[-1]) - 1
+    other = _run(engine, ids, [blue])
+    assert other.cached_tokens == 0  # the same ids, another picture: only a checkpoint before it could match
+
+
+def test_a_fake_cache_too_small_for_one_entry_is_off():
+    engine = _fake(prefix_cache=100)
+    ids = _text(engine, "hello there")
+    _run(engine, ids)
+    assert _run(engine, ids).cached_tokens == 0 and not engine.prefix_cache.enabled
