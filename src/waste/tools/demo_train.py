@@ -1,6 +1,6 @@
 """Trains the embedded demo model: a ~2 M-parameter Kimi-Linear that speaks XTML.
 
-``python -m waste.tools.demo_train OUT_DIR [--steps N] [--seed S] [--resume]`` builds the
+``python -m waste.tools.demo_train OUT_DIR [--seed S] [--resume] [--stop-at N]`` builds the
 vocabulary with the project's BPE trainer, trains on ``demo_data`` conversations (loss only on
 what the model writes) with a step-based schedule, checkpoints to OUT_DIR/work/, and writes a
 Hugging Face checkpoint in bf16 (config.json, model.safetensors, tiktoken.model,
@@ -46,8 +46,16 @@ MODEL = dict(
     tie_word_embeddings=False, rms_norm_eps=1e-5, model_max_length=4096,
 )
 
-SCHEDULE = dict(steps=850, warmup=50, lr=3e-3, min_lr_ratio=0.05, betas=(0.9, 0.95),
-                weight_decay=0.05, per_batch=16, clip=1.0, bias_rate=1e-3)
+COMMON = dict(min_lr_ratio=0.05, betas=(0.9, 0.95), weight_decay=0.05, clip=1.0, bias_rate=1e-3)
+# The recipe, in phases. Phase 1 is the first 600 steps of an 850-step cosine at 16
+# conversations a batch; phase 2 (added when phase 1 had learned the format but not yet to
+# copy from the question) re-warms to 2e-3 with 8 a batch (twice the updates for the time)
+# and decays over its own length. Each phase's lr: linear warmup, then cosine to min_lr_ratio
+# at ``horizon`` (measured from the phase's start when ``from_start``).
+PHASES = (
+    dict(until=600, per_batch=16, lr=3e-3, warmup=50, horizon=850, from_start=False),
+    dict(until=2000, per_batch=8, lr=2e-3, warmup=0, horizon=2000, from_start=True),
+)
 
 
 # -- tokenizer -------------------------------------------------------------------------------
@@ -122,12 +130,12 @@ def step_batch(tok: Tok, seed: int, step: int, per_batch: int) -> tuple[torch.Te
     sorted by length and cut into ``BLOCK`` batches of ``per_batch`` (little padding, and every
     drawn conversation is used, so length does not bias the mixture), in a seeded order."""
     block, slot = divmod(step, BLOCK)
-    if _BLOCK_CACHE.get("key") != (seed, block):
+    if _BLOCK_CACHE.get("key") != (seed, block, per_batch):
         pool = demo_data.training_examples(seed, block, BLOCK * per_batch)
         rows = sorted((encode(tok, ex) for ex in pool), key=lambda r: len(r[0]))
         order = list(range(BLOCK))
         random.Random(f"demo-order/{seed}/{block}").shuffle(order)
-        _BLOCK_CACHE.update(key=(seed, block), rows=rows, order=order)
+        _BLOCK_CACHE.update(key=(seed, block, per_batch), rows=rows, order=order)
     g = _BLOCK_CACHE["order"][slot]
     return pad_rows(_BLOCK_CACHE["rows"][g * per_batch:(g + 1) * per_batch])
 
@@ -174,11 +182,24 @@ class RouterLoads:
         return worst
 
 
-def lr_at(step: int, s: dict) -> float:
-    if step < s["warmup"]:
-        return s["lr"] * (step + 1) / s["warmup"]
-    t = (step - s["warmup"]) / max(1, s["steps"] - s["warmup"])
-    return s["lr"] * (s["min_lr_ratio"] + (1 - s["min_lr_ratio"]) * 0.5 * (1 + math.cos(math.pi * min(1.0, t))))
+def phase_of(step: int) -> tuple[int, dict]:
+    """(first step, settings) of the phase ``step`` belongs to."""
+    begin = 0
+    for phase in PHASES:
+        if step < phase["until"]:
+            return begin, dict(COMMON, **phase)
+        begin = phase["until"]
+    raise ValueError(f"step {step} is past the last phase (ends at {PHASES[-1]['until']})")
+
+
+def lr_at(step: int) -> float:
+    begin, p = phase_of(step)
+    local = step - begin
+    if local < p["warmup"]:
+        return p["lr"] * (local + 1) / p["warmup"]
+    first = (begin if p["from_start"] else 0) + p["warmup"]
+    t = (step - first) / max(1, p["horizon"] - first)
+    return p["lr"] * (p["min_lr_ratio"] + (1 - p["min_lr_ratio"]) * 0.5 * (1 + math.cos(math.pi * min(1.0, t))))
 
 
 @torch.no_grad()
@@ -206,11 +227,13 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def train(out: Path, *, seed: int, steps: int, threads: int, resume: bool, log) -> dict:
+def train(out: Path, *, seed: int, threads: int, resume: bool, log, stop_at: int | None = None) -> dict | None:
+    """Runs (or resumes) every phase; returns the manifest, or None when ``stop_at`` ended it
+    early (with a checkpoint to resume from)."""
     torch.set_num_threads(threads)
     torch.use_deterministic_algorithms(True)
     install_fast_kda()
-    sched = dict(SCHEDULE, steps=steps)
+    steps = PHASES[-1]["until"]
     work = out / "work"
     work.mkdir(parents=True, exist_ok=True)
     ranks = build_vocabulary(seed)
@@ -220,11 +243,17 @@ def train(out: Path, *, seed: int, steps: int, threads: int, resume: bool, log) 
     loads = RouterLoads(model)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "embed" not in n]
     no_decay = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "embed" not in n)]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": sched["weight_decay"]},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=sched["lr"], betas=sched["betas"])
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": COMMON["weight_decay"]},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=lr_at(0), betas=COMMON["betas"])
     held = demo_data.held_out_examples(seed, 20)
     start, elapsed = 0, 0.0
     ckpt = work / "checkpoint.pt"
+
+    def save(done: int) -> None:
+        torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": done,
+                    "elapsed": time.monotonic() - t0}, work / "checkpoint.tmp")
+        (work / "checkpoint.tmp").replace(ckpt)
+
     if resume and ckpt.exists():
         state = torch.load(ckpt, weights_only=False)
         model.load_state_dict(state["model"])
@@ -235,29 +264,31 @@ def train(out: Path, *, seed: int, steps: int, threads: int, resume: bool, log) 
     log(f"{n_params} parameters, vocabulary {VOCAB}, {steps} steps")
     t0 = time.monotonic() - elapsed
     for step in range(start, steps):
-        ids, labels = step_batch(tok, seed, step, sched["per_batch"])
+        per_batch = phase_of(step)[1]["per_batch"]
+        ids, labels = step_batch(tok, seed, step, per_batch)
         for group in opt.param_groups:
-            group["lr"] = lr_at(step, sched)
+            group["lr"] = lr_at(step)
         logits = model(input_ids=ids).logits[:, :-1]
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), labels[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), sched["clip"])
+        torch.nn.utils.clip_grad_norm_(model.parameters(), COMMON["clip"])
         opt.step()
-        worst = loads.rebalance(sched["bias_rate"])
+        worst = loads.rebalance(COMMON["bias_rate"])
         done = step + 1
         if done % 25 == 0 or done == steps:
-            log(f"step {done} loss {loss.item():.4f} lr {lr_at(step, sched):.2e} batch {tuple(ids.shape)} "
+            log(f"step {done} loss {loss.item():.4f} lr {lr_at(step):.2e} batch {tuple(ids.shape)} "
                 f"load max/mean {worst:.2f} {time.monotonic() - t0:.0f}s")
-        if done % 200 == 0 or done == steps:
+        if done % 200 == 0 or done == steps or done == stop_at:
             acc, exact = held_out_score(model, tok, held)
             log(f"step {done} held-out token accuracy {acc:.4f} exact replies {exact:.3f}")
-            torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": done,
-                        "elapsed": time.monotonic() - t0}, work / "checkpoint.tmp")
-            (work / "checkpoint.tmp").replace(ckpt)
+            save(done)
+        if done == stop_at:
+            log(f"stopped at step {done}; --resume continues")
+            return None
     seconds = time.monotonic() - t0
-    return export(out, model, tok, ranks, seed=seed, steps=steps, threads=threads, seconds=seconds, n_params=n_params,
-                  held=held, log=log)
+    return export(out, model, tok, ranks, seed=seed, steps=steps, threads=threads, seconds=seconds,
+                  n_params=n_params, held=held, log=log)
 
 
 def export(out: Path, model, tok: Tok, ranks, *, seed, steps, threads, seconds, n_params, held, log) -> dict:
@@ -270,10 +301,10 @@ def export(out: Path, model, tok: Tok, ranks, *, seed, steps, threads, seconds, 
     files = sorted(p.name for p in out.iterdir() if p.is_file() and p.name != "manifest.json")
     manifest = {
         "what": "the waste demo model: a tiny Kimi-Linear trained on synthetic XTML conversations",
-        "retrain": f"make train-demo (python -m waste.tools.demo_train {out} --steps {steps} --seed {seed})",
+        "retrain": f"make train-demo (python -m waste.tools.demo_train {out} --seed {seed})",
         "seed": seed, "steps": steps, "parameters": n_params, "dtype": "bf16",
         "training_seconds": round(seconds), "torch_threads": threads,
-        "model": MODEL, "schedule": dict(SCHEDULE, steps=steps),
+        "model": MODEL, "schedule": {"common": COMMON, "phases": list(PHASES)},
         "data": {"generator": "waste.tools.demo_data", "families": demo_data.MIXTURE,
                  "held_out_percent": demo_data.HELD_OUT_PERCENT,
                  "vocabulary": f"waste.tools.bpe_train on {CORPUS_CONVERSATIONS} conversations, "
@@ -289,21 +320,21 @@ def export(out: Path, model, tok: Tok, ranks, *, seed, steps, threads, seconds, 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m waste.tools.demo_train", description=__doc__.splitlines()[0])
     ap.add_argument("out")
-    ap.add_argument("--steps", type=int, default=SCHEDULE["steps"])
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads (default 1: on a shared machine, 2 threads stall on each other)")
     ap.add_argument("--resume", action="store_true", help="continue from OUT/work/checkpoint.pt")
+    ap.add_argument("--stop-at", type=int, help="checkpoint and stop after this step")
     args = ap.parse_args(argv)
-    if args.steps < 1:
-        ap.error(f"--steps must be positive, got {args.steps}")
     out = Path(args.out)
 
     def log(line: str) -> None:
         print(line, flush=True)
 
-    manifest = train(out, seed=args.seed, steps=args.steps, threads=args.threads, resume=args.resume, log=log)
-    log(json.dumps(manifest["held_out_teacher_forced"]))
+    manifest = train(out, seed=args.seed, threads=args.threads, resume=args.resume, log=log,
+                     stop_at=args.stop_at)
+    if manifest is not None:
+        log(json.dumps(manifest["held_out_teacher_forced"]))
     return 0
 
 
