@@ -47,14 +47,17 @@ MODEL = dict(
 )
 
 COMMON = dict(min_lr_ratio=0.05, betas=(0.9, 0.95), weight_decay=0.05, clip=1.0, bias_rate=1e-3)
-# The recipe, in phases. Phase 1 is the first 600 steps of an 850-step cosine at 16
-# conversations a batch; phase 2 (added when phase 1 had learned the format but not yet to
-# copy from the question) re-warms to 2e-3 with 8 a batch (twice the updates for the time)
-# and decays over its own length. Each phase's lr: linear warmup, then cosine to min_lr_ratio
-# at ``horizon`` (measured from the phase's start when ``from_start``).
+# The recipe, in phases, exactly as it ran. Phase 1 is the first 600 steps of an 850-step
+# cosine at 16 conversations a batch. It had learned the format but not yet to copy from the
+# question, so phase 2 re-warmed to 2e-3 at 8 a batch (more updates for the time) on a cosine
+# meant to end at step 2000; at step 1000 the machine's load made that too long for the day,
+# so phase 3 decays from where phase 2 stood to step 1500. Each phase's lr: linear warmup
+# from its first step, then a cosine from ``origin`` + warmup down to min_lr_ratio × lr at
+# ``horizon``.
 PHASES = (
-    dict(until=600, per_batch=16, lr=3e-3, warmup=50, horizon=850, from_start=False),
-    dict(until=2000, per_batch=8, lr=2e-3, warmup=0, horizon=2000, from_start=True),
+    dict(until=600, per_batch=16, lr=3e-3, warmup=50, origin=0, horizon=850),
+    dict(until=1000, per_batch=8, lr=2e-3, warmup=0, origin=600, horizon=2000),
+    dict(until=1500, per_batch=8, lr=1.6418e-3, warmup=0, origin=1000, horizon=1500),
 )
 
 
@@ -197,7 +200,7 @@ def lr_at(step: int) -> float:
     local = step - begin
     if local < p["warmup"]:
         return p["lr"] * (local + 1) / p["warmup"]
-    first = (begin if p["from_start"] else 0) + p["warmup"]
+    first = p["origin"] + p["warmup"]
     t = (step - first) / max(1, p["horizon"] - first)
     return p["lr"] * (p["min_lr_ratio"] + (1 - p["min_lr_ratio"]) * 0.5 * (1 + math.cos(math.pi * min(1.0, t))))
 
