@@ -10,7 +10,7 @@ MODEL ?= models/default.waste
 SYNTHETIC ?= models/synthetic.waste
 DEMO := data/demo-model
 
-.PHONY: setup native serve serve-synthetic serve-fake train-demo test test-unit test-contract test-engine clean
+.PHONY: setup native serve serve-synthetic serve-fake train-demo test lint test-unit test-contract test-engine clean
 
 setup: $(VENV)/.installed
 
@@ -47,8 +47,16 @@ train-demo: setup
 serve-fake: setup
 	$(PY) -m waste --fake-engine --host $(HOST) --port $(PORT)
 
-# Every test. pytest's exit code 5 (no tests collected) is a failure here, said out loud.
+# The static gates: ruff (pyflakes, bugbear, async rules) and mypy (strict on waste.domain),
+# both configured in pyproject.toml and pinned in the test extra.
+lint: setup
+	$(VENV)/bin/ruff check src tests
+	$(VENV)/bin/mypy
+
+# Every test, after the static gates. pytest's exit code 5 (no tests collected) is a failure
+# here, said out loud.
 test: setup
+	$(MAKE) --no-print-directory lint
 	WASTE_REQUIRE_ORACLE=1 $(PY) -m pytest -q; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "FAIL: pytest collected no tests"; exit 1; fi; exit $$rc
 

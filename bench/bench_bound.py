@@ -1,6 +1,6 @@
 """The §8 bound of one decode run: C, B_d, and the three terms segment by segment.
 
-``tok/s ≤ min(W/((1−h)·B_r), M/(B_d+B_r), F/C)`` (engine.md §8); bench_engine.py measures W,
+``tok/s ≤ min(W/((1−h)·B_r), M/(B_d+B_r), F/C)`` (docs/ENGINE.md §8); bench_engine.py measures W,
 M and F and each run's h, and this module turns them into the bound and ours/bound.
 """
 

@@ -18,7 +18,7 @@ import numpy as np
 from waste.adapters.native.context import plan_memory
 from waste.adapters.native.engine import NativeEngine
 from waste.adapters.native.options import NativeOptions
-from waste.domain.engine import SamplingParams
+from waste.domain.ports import SamplingParams
 
 PROMPT_TOKENS = 8
 
@@ -31,7 +31,7 @@ def prompt_ids(n_base_vocab: int, n: int, seed: int) -> list[int]:
 def budget_for(container: Path, base: NativeOptions, fraction: float | None) -> tuple[int, int]:
     """(budget bytes, slots) for a cache holding ``fraction`` of all expert records; None = all.
 
-    Slots = ⌊(budget − floor + min cache)/record⌋ (engine.md §5), so the budget is
+    Slots = ⌊(budget − floor + min cache)/record⌋ (docs/ENGINE.md §5), so the budget is
     floor − min cache + slots·record.
     """
     plan = plan_memory(container, base)
@@ -58,7 +58,7 @@ class Segment:
 
 def _raw_stats(engine: NativeEngine):
     # EngineStats does not carry io_s; read the C struct (get_stats is allowed between and
-    # during calls, engine.md §2).
+    # during calls, docs/ENGINE.md §2).
     return engine._read_stats(engine._ctx)  # noqa: SLF001
 
 
@@ -66,7 +66,7 @@ def decode(engine: NativeEngine, prompt: list[int], *, warmup: int, tokens: int,
            segment: int, seed: int, between: Callable[[int], None] | None = None) -> tuple[list[Segment], list[int]]:
     """Warm-up tokens, then ``tokens`` more in generate calls of ``segment`` tokens each.
 
-    The last sampled token is never evaluated (engine.md §2), so each call continues from
+    The last sampled token is never evaluated (docs/ENGINE.md §2), so each call continues from
     it: its first callback already reports one full decode pass. ``between(i)`` runs before
     segment i, outside the timing. Returns the segments and every sampled id.
     """
@@ -81,7 +81,7 @@ def decode(engine: NativeEngine, prompt: list[int], *, warmup: int, tokens: int,
             ids.append(event.token)
             return False
         started = time.perf_counter()
-        result = engine.generate(ids_in, SamplingParams(temperature=1.0, seed=call_seed,
+        result = engine.generate_ids(ids_in, SamplingParams(temperature=1.0, seed=call_seed,
                                                         max_tokens=n), on_token)
         if len(marks) != n:
             raise RuntimeError(f"asked for {n} tokens, got {len(marks)} ({result.stop_reason})")
@@ -126,7 +126,7 @@ def decode_run(container: Path, base: NativeOptions, *, fraction: float | None, 
             decode(engine, prompt, **kwargs)
             warm = {"prewarm_s": round(time.perf_counter() - started, 3),
                     "prewarm_records_loaded": engine.statistics().experts_missed}
-            engine.reset()  # the cache is kept (engine.md §2)
+            engine.reset()  # the cache is kept (docs/ENGINE.md §2)
         segments, ids = decode(engine, prompt, **kwargs, between=between)
         stats = engine.statistics()
     finally:

@@ -1,4 +1,4 @@
-"""libwaste's decode speed against the physical bound of engine.md §8, measured in one run.
+"""libwaste's decode speed against the physical bound of docs/ENGINE.md §8, measured in one run.
 
 ``.venv/bin/python bench/bench_engine.py [--quick] [--out DIR] [--budget-fraction 0.1 0.3] [--peer]``
 builds a synthetic Kimi-Linear-like container, measures W, M and F on this machine, decodes

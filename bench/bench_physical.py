@@ -1,4 +1,4 @@
-"""The machine's side of the engine.md §8 bound: W (record reads), M (RAM stream), F (kernel).
+"""The machine's side of the docs/ENGINE.md §8 bound: W (record reads), M (RAM stream), F (kernel).
 
 Each ``measure_*`` returns a plain dict that becomes one JSON line. ``drop_page_cache``
 evicts files from the page cache and says how it did so.

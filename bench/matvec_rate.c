@@ -1,4 +1,4 @@
-/* matvec_rate.c — the F term of engine.md §8: sustained FLOP/s of libwaste's own expert
+/* matvec_rate.c — the F term of docs/ENGINE.md §8: sustained FLOP/s of libwaste's own expert
  * matvec kernels (wk_select + wk_dot_row from native/src, compiled in, not copied) on
  * resident int8/bf16/f32 experts, at 1..n threads splitting rows as the engine's pool does.
  *

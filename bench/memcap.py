@@ -1,4 +1,4 @@
-"""A memory cap for one benchmark process: a cgroup v1 memory group (engine.md §8).
+"""A memory cap for one benchmark process: a cgroup v1 memory group (docs/ENGINE.md §8).
 
 On this machine kind cgroup v2 ``memory.max`` and ``systemd-run`` are unavailable; the v1
 memory controller works. ``MemoryCap.create(limit)`` makes a child group under this

@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from peer_build import Peer, PeerUnavailable  # noqa: E402
 
-# llama.cpp's file types for the formats paired with ours (engine.md §8: equal bytes/weight).
+# llama.cpp's file types for the formats paired with ours (docs/ENGINE.md §8: equal bytes/weight).
 PAIRED_FTYPE = {"int8": ("Q8_0", 7), "int4": ("Q4_0", 2)}  # LLAMA_FTYPE_MOSTLY_Q8_0 / Q4_0
 _DENSE_MLP = re.compile(r"^(model\.layers\.\d+\.)block_sparse_moe\.((?:gate|up|down)_proj\.weight)$")
 

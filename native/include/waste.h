@@ -65,7 +65,7 @@ extern "C" {
 
 #define WASTE_API_VERSION 3
 
-/* Status codes (engine.md §1). */
+/* Status codes (docs/ENGINE.md §1). */
 typedef enum {
     WASTE_OK = 0,
     WASTE_E_IO = -1,          /* missing file, short read, crc error */
@@ -94,7 +94,7 @@ typedef enum {
     WASTE_CACHE_LRU = 1
 } waste_cache_policy;
 
-/* Kernel sets (cfg.kernels). All give bit-identical logits (engine.md §4.3); a named SIMD
+/* Kernel sets (cfg.kernels). All give bit-identical logits (docs/ENGINE.md §4.3); a named SIMD
  * set the CPU lacks (or this build has not) is E_UNSUPPORTED at plan/open, naming it. */
 typedef enum {
     WASTE_KERNELS_AUTO = 0,    /* best of avx512 / avx2 / generic detected at runtime */
@@ -109,7 +109,7 @@ typedef struct waste_ctx waste_ctx;
 typedef struct {
     uint32_t struct_size;
     uint32_t ctx_tokens;        /* [0 -> 4096] maximum position */
-    uint64_t ram_budget_bytes;  /* [0 = auto, engine.md §5] */
+    uint64_t ram_budget_bytes;  /* [0 = auto, docs/ENGINE.md §5] */
     uint32_t n_threads;         /* [0 = one per allowed CPU] */
     int32_t cache_policy;       /* [WASTE_CACHE_LFRU] */
     const char *cpu_list;       /* [NULL] e.g. "0-3,6"; Linux only; copied at open */
@@ -131,7 +131,7 @@ typedef struct {
     int32_t kernels;            /* [WASTE_KERNELS_AUTO] a waste_kernels value */
 } waste_cfg;
 
-/* Memory plan (engine.md §5): what open would allocate, from the manifest alone. */
+/* Memory plan (docs/ENGINE.md §5): what open would allocate, from the manifest alone. */
 typedef struct {
     uint32_t struct_size;
     uint32_t reserved0;
@@ -153,7 +153,8 @@ typedef struct {
 
 typedef struct {
     uint32_t struct_size;
-    char arch[32];              /* "kimi_linear" */
+    char arch[32];              /* the manifest's arch: "kimi_linear" or "kimi_k3" (the K3
+                                 * deltas follow their config keys, not this name) */
     uint32_t n_layers;
     uint32_t n_moe_layers;
     uint32_t n_kda_layers;
@@ -280,7 +281,7 @@ void waste_stats_init(waste_stats *stats);
  * with the sizing code open uses. cfg NULL = defaults. The detail goes to err/err_cap.
  *   E_ARG          path or plan NULL, a struct_size mismatch, a cfg field out of range
  *   E_UNSUPPORTED  an unimplemented cfg option, a kernel set this CPU lacks, an unknown
- *                  arch or a K3 config key
+ *                  arch, activation or KDA decay form
  *   E_IO           manifest.json missing, unreadable or not a regular file
  *   E_FORMAT       the manifest breaks docs/FORMAT.md §3 (the detail names the field or
  *                  tensor), or the memory sizing overflows u64
@@ -331,7 +332,7 @@ int32_t waste_detokenize(waste_ctx *ctx, const int32_t *ids, uint64_t n,
                          char *out, uint64_t cap, uint64_t *n_out);
 
 /* ---- evaluation ----------------------------------------------------------------------- */
-/* Prefills prompt[0..n) then samples, delivers and evaluates tokens (engine.md §2).
+/* Prefills prompt[0..n) then samples, delivers and evaluates tokens (docs/ENGINE.md §2).
  *
  * Checked in this order before any work: res and params struct_size, params (finite
  * temperature >= 0, top_p in (0, 1], stop_ids with n_stop_ids) -> E_ARG; a tokenizer_only

@@ -86,23 +86,70 @@ static int get_opt_id(const wj_val *obj, const char *key, int32_t *out, char *er
 
 #define TRY(x) do { int32_t st_ = (x); if (st_ != WASTE_OK) return st_; } while (0)
 
+/* Optional keys: absent or null leaves *out at its default. */
+static int opt_present(const wj_val *obj, const char *key) {
+    const wj_val *v = wj_get(obj, key);
+    return v && v->type != WJ_NULL;
+}
+
+/* The K3 deltas (docs/ENGINE.md §4.2): each from its own key, any subset; every key absent (or
+ * null/false/0) is the Kimi-Linear behaviour. Combinations that cannot mean anything are
+ * refused naming both keys. */
+static int32_t parse_k3(const wj_val *cf, wc_config *c, const char *act, char *err, uint64_t cap) {
+    const char *W = "config";
+    c->situ = !strcmp(act, "situ");
+    if (c->situ) {
+        TRY(get_num(cf, "activation_situ_beta", W, 1e-6, 1e6, &c->situ_beta, err, cap));
+        if (opt_present(cf, "activation_situ_linear_beta")) {
+            TRY(get_num(cf, "activation_situ_linear_beta", W, 1e-6, 1e6, &c->situ_lbeta, err, cap));
+            c->has_lbeta = 1;
+        }
+    } else {
+        static const char *situ_keys[] = {"activation_situ_beta", "activation_situ_linear_beta", NULL};
+        for (int i = 0; situ_keys[i]; i++)
+            if (opt_present(cf, situ_keys[i])) {
+                wu_errf(err, cap, "manifest.json: config.%s is set but config.hidden_act is \"%s\" (it needs \"situ\")",
+                        situ_keys[i], act);
+                return WASTE_E_FORMAT;
+            }
+    }
+    if (opt_present(cf, "routed_expert_hidden_size"))
+        TRY(get_u32(cf, "routed_expert_hidden_size", W, MAX_DIM, &c->rz, err, cap));
+    if (opt_present(cf, "latent_moe_use_norm")) TRY(get_bool(cf, "latent_moe_use_norm", W, &c->latent_norm, err, cap));
+    if (c->latent_norm && !c->rz) {
+        wu_errf(err, cap, "manifest.json: config.latent_moe_use_norm is true but config.routed_expert_hidden_size is 0 "
+                "(no latent MoE to normalise)");
+        return WASTE_E_FORMAT;
+    }
+    if (opt_present(cf, "attn_res_block_size"))
+        TRY(get_u32(cf, "attn_res_block_size", W, WC_MAX_LAYERS, &c->res_block, err, cap));
+    if (opt_present(cf, "mla_use_output_gate")) TRY(get_bool(cf, "mla_use_output_gate", W, &c->mla_gate, err, cap));
+    if (opt_present(cf, "use_full_rank_gate")) TRY(get_bool(cf, "use_full_rank_gate", W, &c->kda_full_gate, err, cap));
+    const char *decay = "softplus";
+    if (opt_present(cf, "kda_decay")) TRY(get_str(cf, "kda_decay", W, &decay, err, cap));
+    if (strcmp(decay, "softplus") && strcmp(decay, "lower_bound")) {
+        wu_errf(err, cap, "manifest.json: config.kda_decay \"%s\" is not supported (\"softplus\" or \"lower_bound\")", decay);
+        return WASTE_E_UNSUPPORTED;
+    }
+    c->lower_bound = !strcmp(decay, "lower_bound");
+    if (c->lower_bound) {
+        TRY(get_num(cf, "gate_lower_bound", W, -1e6, -1e-30, &c->gate_lb, err, cap));
+    } else if (opt_present(cf, "gate_lower_bound")) {
+        wu_errf(err, cap, "manifest.json: config.gate_lower_bound is set but config.kda_decay is \"softplus\" "
+                "(the bound belongs to \"lower_bound\")");
+        return WASTE_E_FORMAT;
+    }
+    return WASTE_OK;
+}
+
 /* ==== config ======================================================================= */
 static int32_t parse_config(const wj_val *cf, wc_config *c, char *err, uint64_t cap) {
     const char *W = "config";
     if (!cf || cf->type != WJ_OBJ) { wu_errf(err, cap, "manifest.json: missing field config"); return WASTE_E_FORMAT; }
-    static const char *k3_keys[] = {"routed_expert_hidden_size", "attn_res_block_size", "mla_use_output_gate",
-                                    "use_full_rank_gate", "gate_lower_bound", NULL};
-    for (int i = 0; k3_keys[i]; i++) {
-        const wj_val *v = wj_get(cf, k3_keys[i]);
-        if (v && v->type != WJ_NULL && !(v->type == WJ_BOOL && v->num == 0)) {
-            wu_errf(err, cap, "manifest.json: config.%s (a Kimi K3 feature) is not supported by this engine yet", k3_keys[i]);
-            return WASTE_E_UNSUPPORTED;
-        }
-    }
     const char *act;
     TRY(get_str(cf, "hidden_act", W, &act, err, cap));
-    if (strcmp(act, "silu")) {
-        wu_errf(err, cap, "manifest.json: config.hidden_act \"%s\" is not supported (only \"silu\")", act);
+    if (strcmp(act, "silu") && strcmp(act, "situ")) {
+        wu_errf(err, cap, "manifest.json: config.hidden_act \"%s\" is not supported (\"silu\" or \"situ\")", act);
         return WASTE_E_UNSUPPORTED;
     }
     TRY(get_u32(cf, "hidden_size", W, MAX_DIM, &c->hidden, err, cap));
@@ -135,6 +182,7 @@ static int32_t parse_config(const wj_val *cf, wc_config *c, char *err, uint64_t 
     TRY(get_opt_id(cf, "eos_token_id", &c->eos, err, cap));
     TRY(get_opt_id(cf, "pad_token_id", &c->pad, err, cap));
     TRY(get_u64(cf, "model_max_length", W, &c->ctx_train, err, cap));
+    TRY(parse_k3(cf, c, act, err, cap));
     if (c->hidden == 0 || c->vocab == 0 || c->n_layers == 0) {
         wu_errf(err, cap, "manifest.json: config.hidden_size, vocab_size and num_hidden_layers must be > 0");
         return WASTE_E_FORMAT;
@@ -196,15 +244,22 @@ static int32_t parse_config(const wj_val *cf, wc_config *c, char *err, uint64_t 
 static int layer_has(const wc_config *c, uint32_t l, const char *suffix) {
     static const char *common[] = {"attn_norm", "ffn_norm", NULL};
     static const char *kda[] = {"kda.q_proj", "kda.k_proj", "kda.v_proj", "kda.q_conv", "kda.k_conv", "kda.v_conv",
-                                "kda.a_log", "kda.dt_bias", "kda.f_a", "kda.f_b", "kda.b_proj", "kda.g_a", "kda.g_b",
-                                "kda.o_norm", "kda.o_proj", NULL};
+                                "kda.a_log", "kda.dt_bias", "kda.f_a", "kda.f_b", "kda.b_proj", "kda.o_norm",
+                                "kda.o_proj", NULL};
+    static const char *kda_gate[] = {"kda.g_a", "kda.g_b", NULL}, *kda_full[] = {"kda.g_proj", NULL};
     static const char *mla[] = {"mla.kv_a", "mla.kv_a_norm", "mla.kv_b", "mla.o_proj", NULL};
     static const char *mla_q[] = {"mla.q_proj", NULL}, *mla_qlora[] = {"mla.q_a", "mla.q_a_norm", "mla.q_b", NULL};
+    static const char *mla_gate[] = {"mla.g_proj", NULL};
     static const char *dense[] = {"ffn.gate", "ffn.up", "ffn.down", NULL};
     static const char *moe[] = {"moe.router", "moe.router_bias", NULL};
     static const char *shared[] = {"moe.shared_gate", "moe.shared_up", "moe.shared_down", NULL};
-    const char **lists[] = {common, c->is_mla[l] ? mla : kda, c->is_mla[l] ? (c->q_rank ? mla_qlora : mla_q) : NULL,
-                            c->is_moe[l] ? moe : dense, c->is_moe[l] && c->n_shared ? shared : NULL};
+    static const char *latent[] = {"moe.latent_down", "moe.latent_up", NULL}, *latent_norm[] = {"moe.latent_norm", NULL};
+    static const char *res[] = {"res.attn_norm", "res.attn_proj", "res.mlp_norm", "res.mlp_proj", NULL};
+    int m = c->is_mla[l], e = c->is_moe[l];
+    const char **lists[] = {common, m ? mla : kda, m ? (c->q_rank ? mla_qlora : mla_q) : NULL,
+                            m ? (c->mla_gate ? mla_gate : NULL) : (c->kda_full_gate ? kda_full : kda_gate),
+                            e ? moe : dense, e && c->n_shared ? shared : NULL, e && c->rz ? latent : NULL,
+                            e && c->rz && c->latent_norm ? latent_norm : NULL, c->res_block ? res : NULL};
     for (unsigned i = 0; i < sizeof lists / sizeof lists[0]; i++)
         for (const char **n = lists[i]; n && *n; n++)
             if (!strcmp(*n, suffix)) return 1;
@@ -216,6 +271,7 @@ static int layer_has(const wc_config *c, uint32_t l, const char *suffix) {
  * Anything else would be loaded and counted in params_* without being used. */
 static int canonical_name(const wc_config *c, const char *name) {
     if (!strcmp(name, "embed") || !strcmp(name, "final_norm") || !strcmp(name, "lm_head")) return 1;
+    if (c->res_block && (!strcmp(name, "output_res.norm") || !strcmp(name, "output_res.proj"))) return 1;
     if (strncmp(name, "blk.", 4)) return 0;
     const char *p = name + 4;
     uint64_t l = 0;
@@ -281,7 +337,7 @@ static int32_t parse_tensors(const wj_val *arr, wc_container *c, char *err, uint
         TRY(get_u64(v, "length", where, &t->length, err, cap));
         TRY(get_bool(v, "on_disk", where, &t->on_disk, err, cap));
         /* Only the input embedding is read row by row; every other tensor is used whole, so
-         * it must be resident (engine.md §3). */
+         * it must be resident (docs/ENGINE.md §3). */
         if (t->on_disk && strcmp(t->name, "embed")) {
             wu_errf(err, cap, "manifest.json: %s: on_disk is allowed only for the input embedding (embed)", where);
             return WASTE_E_FORMAT;
@@ -375,7 +431,8 @@ static int32_t parse_banks(const wj_val *arr, wc_container *c, char *err, uint64
             }
             b->rows[m] = (uint32_t)r->i; b->cols[m] = (uint32_t)k->i;
         }
-        uint32_t H = cf->hidden, I = cf->moe_inter;
+        /* The experts read z (routed_expert_hidden_size wide) under a latent MoE, else x. */
+        uint32_t H = cf->rz ? cf->rz : cf->hidden, I = cf->moe_inter;
         if (b->rows[0] != I || b->cols[0] != H || b->rows[1] != I || b->cols[1] != H || b->rows[2] != H || b->cols[2] != I) {
             wu_errf(err, cap, "manifest.json: %s.shapes must be [[%u,%u],[%u,%u],[%u,%u]]", where, I, H, I, H, H, I); return WASTE_E_FORMAT;
         }
@@ -456,10 +513,12 @@ int32_t wc_open_manifest(const char *dir, wc_container *c, char *err, uint64_t c
         }
         const char *arch;
         if ((res = get_str(root, "arch", "manifest", &arch, err, cap))) break;
-        if (strcmp(arch, "kimi_linear")) {
-            wu_errf(err, cap, "manifest.json: arch \"%s\" is not supported (this engine runs kimi_linear)", arch);
+        /* The engine keys every K3 delta on its config key, never on arch (docs/ENGINE.md §4.2). */
+        if (strcmp(arch, "kimi_linear") && strcmp(arch, "kimi_k3")) {
+            wu_errf(err, cap, "manifest.json: arch \"%s\" is not supported (this engine runs kimi_linear and kimi_k3)", arch);
             res = WASTE_E_UNSUPPORTED; break;
         }
+        snprintf(c->arch, sizeof c->arch, "%s", arch);
         if ((res = parse_config(wj_get(root, "config"), &c->cfg, err, cap))) break;
         if ((res = parse_tensors(wj_get(root, "tensors"), c, err, cap))) break;
         if ((res = parse_banks(wj_get(root, "banks"), c, err, cap))) break;
@@ -625,6 +684,18 @@ int32_t wc_read_record(const wc_container *c, const wc_bank *b, uint32_t e, uint
             wu_errf(err, cap, "%s: expert %u of layer %u: checksum mismatch (crc32 %08x, record says %08x)", b->path, e,
                     b->layer, got, want);
             return WASTE_E_IO;
+        }
+    }
+    /* E8M0 byte 255 is NaN: refused for every read, verify or not (docs/FORMAT.md §2). */
+    if (b->fmt == WF_MXFP4) {
+        static const char *const mat[3] = {"gate", "up", "down"};
+        for (int m = 0; m < 3; m++) {
+            uint32_t row, group;
+            if (wk_mxfp4_find_nan_scale(buf + REC_HEADER + b->block_off[m], b->rows[m], b->cols[m], &row, &group)) {
+                wu_errf(err, cap, "%s: expert %u of layer %u: mxfp4 scale byte 255 (NaN) in %s row %u group %u", b->path, e,
+                        b->layer, mat[m], row, group);
+                return WASTE_E_FORMAT;
+            }
         }
     }
     return WASTE_OK;

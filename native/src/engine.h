@@ -1,5 +1,7 @@
-/* engine.h — the context and the components that work on it: model binding and forward
- * pass (model.c), the expert store (experts.c), the sampler (sampler.c). Not public. */
+/* engine.h — the context (struct waste_ctx) and the components that work on it: model
+ * binding and forward pass (model.c), the expert store (experts.c), the hotlist
+ * (hotlist.c), the sampler (sampler.c). Not public. Their shared utilities (error detail,
+ * memory accounting, busy guard) are in context.h. */
 #ifndef WASTE_ENGINE_H
 #define WASTE_ENGINE_H
 
@@ -23,9 +25,15 @@ typedef struct {
     /* MoE router (f32) */
     wm_mat router;
     const float *router_bias;
+    /* K3 deltas (docs/ENGINE.md §4.2); unbound (zero) when their config key is off */
+    wm_mat kda_g;                   /* use_full_rank_gate: [Hd, H] replaces g_a/g_b */
+    wm_mat mla_g;                   /* mla_use_output_gate: [h·dv, H] */
+    wm_mat lat_down, lat_up;        /* latent MoE: [Rz, H], [H, Rz] */
+    const float *lat_norm;          /* [Rz] with latent_moe_use_norm */
+    const float *res_attn_norm, *res_attn_proj, *res_mlp_norm, *res_mlp_proj;   /* [H] each */
 } wm_layer;
 
-/* Expert slots (engine.md §5). The per-slot arrays and the (bank, expert) tables are all
+/* Expert slots (docs/ENGINE.md §5). The per-slot arrays and the (bank, expert) tables are all
  * sized for every expert of the container (n_all), so their bytes are a fixed part of the
  * plan's state and the budget holds exactly; only n_slots of the slot entries are used. */
 typedef struct {
@@ -75,6 +83,7 @@ struct waste_ctx {
     wm_layer *layers;
     wm_mat lm_head;
     const float *final_norm;
+    const float *out_res_norm, *out_res_proj;   /* attention residuals' output mix: [H] */
     const wc_tensor *embed;
 
     /* state */
@@ -90,6 +99,9 @@ struct waste_ctx {
     float *xn;                      /* [chunk][H] normed FFN inputs of a chunk */
     float *acc;                     /* [chunk][H] FFN outputs of a chunk */
     float *buf[12];                 /* [maxw] each */
+    float *xm;                      /* [H] an attention-residual mix (never aliases its inputs) */
+    float *res;                     /* [n_blocks][chunk][H] attention-residual block snapshots */
+    float *lz, *lacc;               /* [chunk][Rz] latent MoE: z, and the experts' weighted sum */
     float *scores;                  /* [ctx_tokens] */
     float *logits;                  /* [vocab] */
     int has_logits;
@@ -156,12 +168,5 @@ typedef struct { uint64_t s[4]; } ws_rng;
 void ws_seed(ws_rng *r, uint64_t seed);
 double ws_uniform(ws_rng *r);
 int32_t ws_sample(waste_ctx *ctx, const float *logits, uint32_t n, const waste_gen_params *p, ws_rng *r, float *logprob);
-
-/* memory accounting (api.c): every engine allocation that scales with the model */
-void wx_mem_add(waste_ctx *ctx, uint64_t bytes);
-void wx_mem_sub(waste_ctx *ctx, uint64_t bytes);
-
-/* ctx error helper */
-void wx_err(waste_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #endif

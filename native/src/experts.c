@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "context.h"
 #include "engine.h"
 
 /* ==== allocation =================================================================== */
@@ -88,7 +89,7 @@ int32_t we_get(waste_ctx *ctx, uint32_t bank, uint32_t e, const uint8_t **rec) {
     const wc_bank *b = &ctx->c.banks[bank];
     uint64_t key = (uint64_t)bank * c->n_experts + e;
     c->tick++;
-    /* engine.md §5 Counting: one access per call (per token in decode, per distinct expert
+    /* docs/ENGINE.md §5 Counting: one access per call (per token in decode, per distinct expert
      * of a chunk in prefill). Saturating, so a merged hotlist can never wrap. */
     if (c->counts[key] != UINT64_MAX) c->counts[key]++;
     int32_t hit = c->slot_of[key];

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "context.h"
 #include "engine.h"
 
 #define USAGE_MAGIC "WSTUSE01"

@@ -1,8 +1,9 @@
-/* internal.h — shared declarations between libwaste's components (not public).
- *
- * Components: util (crc, fp16, errors, clocks), numerics (exp, log), json (bounded parser), container
- * (manifest, trunk, banks, records), kernels (dot products + dispatch), pool (fork-join
- * threads), model (forward pass), sampler, api (the public functions in waste.h).
+/* internal.h — what libwaste's base layer offers (not public): util (crc, fp16, errors,
+ * clocks), numerics (exp, log), json (bounded parser), weight formats, kernels (dot
+ * products + dispatch), pool (fork-join threads), container (manifest, trunk, banks,
+ * records). None of them knows waste_ctx. The layers above have their own headers
+ * (engine.h, context.h, sysinfo.h, open.h, session.h, snapshot.h); native/README.md
+ * draws who may call whom.
  */
 #ifndef WASTE_INTERNAL_H
 #define WASTE_INTERNAL_H
@@ -49,11 +50,12 @@ void wu_write_u64le(uint8_t *p, uint64_t v);
 void wu_write_u32le(uint8_t *p, uint32_t v);
 void *wu_aligned_alloc(uint64_t align, uint64_t size); /* zeroed; free with free() */
 
-/* ---- numerics.c: the engine's own transcendentals (engine.md §4.3) --------------- */
+/* ---- numerics.c: the engine's own transcendentals (docs/ENGINE.md §4.3) ---------- */
 double wn_exp(double x);
 double wn_log(double x);
 float wn_expf(float x);   /* (float)wn_exp(x) */
 float wn_logf(float x);
+float wn_tanhf(float x);  /* SiTU's tanh, in double rounded once */
 
 /* ---- json.c: a small bounded DOM parser for untrusted manifests ----------------- */
 typedef enum { WJ_NULL = 0, WJ_BOOL, WJ_NUM, WJ_STR, WJ_ARR, WJ_OBJ } wj_type;
@@ -100,6 +102,8 @@ typedef struct {
     float (*dot_f32)(const float *w, const float *x, uint32_t n);
     float (*dot_bf16)(const uint16_t *w, const float *x, uint32_t n);
     float (*dot_int8)(const uint8_t *row, const float *x, uint32_t n, uint32_t group);
+    float (*dot_int4)(const uint8_t *row, const float *x, uint32_t n, uint32_t group);
+    float (*dot_mxfp4)(const uint8_t *row, const float *x, uint32_t n);   /* group 32 */
 } wk_kernels;
 /* The kernel set for cfg.kernels (WASTE_KERNELS_*); NULL when the CPU or the build lacks
  * the named set, *why (when not NULL) then says which feature is missing. */
@@ -113,6 +117,16 @@ float wk_reduce16(float acc[16]);
 float wk_dot_f32_generic(const float *w, const float *x, uint32_t n);
 float wk_dot_bf16_generic(const uint16_t *w, const float *x, uint32_t n);
 float wk_dot_int8_generic(const uint8_t *row, const float *x, uint32_t n, uint32_t group);
+float wk_dot_int4_generic(const uint8_t *row, const float *x, uint32_t n, uint32_t group);
+float wk_dot_mxfp4_generic(const uint8_t *row, const float *x, uint32_t n);
+/* MXFP4 decoding (docs/FORMAT.md §2): E2M1 value of a nibble; twice it as an integer;
+ * the E8M0 scale 2^(e−127) and its half 2^(e−128) (NaN for e = 255). */
+float wk_e2m1(uint8_t nibble);
+extern const int8_t wk_e2m1x2[16];
+float wk_e8m0(uint8_t e);
+float wk_e8m0_half(uint8_t e);
+/* The first (row, group) of an mxfp4 matrix whose E8M0 scale byte is 255; 0 if none. */
+int wk_mxfp4_find_nan_scale(const uint8_t *data, uint32_t rows, uint32_t cols, uint32_t *row, uint32_t *group);
 extern const wk_kernels wk_avx2_kernels;
 extern const wk_kernels wk_avx512_kernels;
 
@@ -165,6 +179,17 @@ typedef struct {
     int32_t bos, eos, pad;
     uint64_t ctx_train;
     uint32_t n_moe, n_mla, n_kda;
+    /* Kimi K3 deltas (docs/ENGINE.md §4.2), each from its own config key; 0 = Kimi-Linear. */
+    int situ;                   /* hidden_act "situ" */
+    float situ_beta, situ_lbeta;
+    int has_lbeta;              /* activation_situ_linear_beta set (else u passes unchanged) */
+    uint32_t rz;                /* routed_expert_hidden_size: latent MoE width, 0 = none */
+    int latent_norm;            /* latent_moe_use_norm */
+    uint32_t res_block;         /* attn_res_block_size: attention residuals, 0 = plain */
+    int mla_gate;               /* mla_use_output_gate */
+    int kda_full_gate;          /* use_full_rank_gate */
+    int lower_bound;            /* kda_decay "lower_bound" */
+    float gate_lb;              /* gate_lower_bound (lambda < 0) */
 } wc_config;
 
 typedef struct {
@@ -190,6 +215,7 @@ typedef struct {
     uint64_t probe_bytes;    /* the O_DIRECT probe buffer wc_open_data held briefly (0 if none) */
     char trunk_fmt[16], expert_fmt[16];
     uint32_t expert_group;
+    char arch[32];           /* manifest arch: "kimi_linear" or "kimi_k3" */
 } wc_container;
 
 /* Parses and validates manifest.json (no bank I/O). */

@@ -4,7 +4,14 @@
  * Every dot product uses 16 lane-striped partial sums (element i goes to lane i mod 16,
  * accumulated with a fused multiply-add) reduced by one fixed tree (wk_reduce16), so the
  * generic, AVX2 and AVX-512 kernels give bit-identical results. Quantized weights are
- * decoded group by group inside the dot product (w = q·s rounded to f32, then fma).
+ * decoded group by group inside the dot product (w = q·s rounded to f32, then fma); no
+ * kernel ever expands a matrix into an f32 buffer.
+ *
+ * int4 (docs/FORMAT.md §2 code 3): w = (float)(nibble − 8) · s, s the group's fp16 scale.
+ * mxfp4 (code 4): w = (float)E2M1x2[nibble] · (2^(e−127)/2), where E2M1x2 holds twice the
+ * E2M1 value as an integer (so the SIMD kernels can widen it exactly like int8) and the
+ * halved scale is exact for every e in 0..254: the product is the same real number as
+ * E2M1(nibble)·2^(e−127) and rounds identically (−0 decodes as +0, equal in value).
  */
 #include <math.h>
 #include <string.h>
@@ -44,8 +51,65 @@ float wk_dot_int8_generic(const uint8_t *row, const float *x, uint32_t n, uint32
     return wk_reduce16(acc);
 }
 
+/* E2M1 nibble (sign = bit 3) → 2·value, an exact small integer. */
+const int8_t wk_e2m1x2[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+float wk_e2m1(uint8_t nibble) {
+    static const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+    float v = mag[nibble & 7];
+    return (nibble & 8) ? -v : v;
+}
+
+static float f32_bits(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+/* 2^(e−127) for e in 0..254 (e = 0 is the f32 subnormal 2^−127); e = 255 (NaN in E8M0) is
+ * refused when a record or tensor is loaded, and decodes as NaN here. */
+float wk_e8m0(uint8_t e) {
+    if (e == 255) return NAN;
+    return e ? f32_bits((uint32_t)e << 23) : f32_bits(0x00400000u);
+}
+
+/* 2^(e−128): half the scale, exact for every e in 0..254 (2^−128 is subnormal). */
+float wk_e8m0_half(uint8_t e) {
+    if (e == 255) return NAN;
+    if (e >= 2) return f32_bits((uint32_t)(e - 1) << 23);
+    return f32_bits(e ? 0x00400000u : 0x00200000u);
+}
+
+float wk_dot_int4_generic(const uint8_t *row, const float *x, uint32_t n, uint32_t group) {
+    float acc[16] = {0};
+    for (uint32_t g0 = 0; g0 < n; g0 += group) {
+        uint16_t sh; memcpy(&sh, row, 2);
+        float s = wu_fp16_to_f32(sh);
+        const uint8_t *q = row + 2;
+        for (uint32_t j = 0; j < group; j++) {
+            uint32_t i = g0 + j;
+            int nib = (q[j >> 1] >> ((j & 1) * 4)) & 15;
+            acc[i & 15] = fmaf((float)(nib - 8) * s, x[i], acc[i & 15]);
+        }
+        row += 2 + group / 2;
+    }
+    return wk_reduce16(acc);
+}
+
+float wk_dot_mxfp4_generic(const uint8_t *row, const float *x, uint32_t n) {
+    float acc[16] = {0};
+    for (uint32_t g0 = 0; g0 < n; g0 += 32) {
+        float hs = wk_e8m0_half(row[0]);
+        const uint8_t *q = row + 1;
+        for (uint32_t j = 0; j < 32; j++) {
+            uint32_t i = g0 + j;
+            int nib = (q[j >> 1] >> ((j & 1) * 4)) & 15;
+            acc[i & 15] = fmaf((float)wk_e2m1x2[nib] * hs, x[i], acc[i & 15]);
+        }
+        row += 17;
+    }
+    return wk_reduce16(acc);
+}
+
 static const wk_kernels generic_kernels = {
-    "generic", wk_dot_f32_generic, wk_dot_bf16_generic, wk_dot_int8_generic,
+    "generic", wk_dot_f32_generic, wk_dot_bf16_generic, wk_dot_int8_generic, wk_dot_int4_generic,
+    wk_dot_mxfp4_generic,
 };
 
 const wk_kernels *wk_select(int32_t cfg, const char **why) {
@@ -90,6 +154,8 @@ float wk_dot_row(const wk_kernels *k, const wm_mat *m, uint32_t r, const float *
     case WF_F32: return k->dot_f32((const float *)row, x, m->cols);
     case WF_BF16: return k->dot_bf16((const uint16_t *)row, x, m->cols);
     case WF_INT8: return k->dot_int8(row, x, m->cols, m->group);
+    case WF_INT4: return k->dot_int4(row, x, m->cols, m->group);
+    case WF_MXFP4: return k->dot_mxfp4(row, x, m->cols);
     default: return NAN; /* unreachable: open refuses other formats */
     }
 }
@@ -110,6 +176,29 @@ void wk_decode_row(const wm_mat *m, uint32_t r, float *out) {
             row += 2 + m->group;
         }
         break;
+    case WF_INT4:
+        for (uint32_t g0 = 0; g0 < m->cols; g0 += m->group) {
+            uint16_t sh; memcpy(&sh, row, 2);
+            float s = wu_fp16_to_f32(sh);
+            for (uint32_t j = 0; j < m->group; j++) out[g0 + j] = (float)(((row[2 + (j >> 1)] >> ((j & 1) * 4)) & 15) - 8) * s;
+            row += 2 + m->group / 2;
+        }
+        break;
+    case WF_MXFP4:
+        for (uint32_t g0 = 0; g0 < m->cols; g0 += 32) {
+            float hs = wk_e8m0_half(row[0]);
+            for (uint32_t j = 0; j < 32; j++) out[g0 + j] = (float)wk_e2m1x2[(row[1 + (j >> 1)] >> ((j & 1) * 4)) & 15] * hs;
+            row += 17;
+        }
+        break;
     default: for (uint32_t i = 0; i < m->cols; i++) out[i] = NAN;
     }
+}
+
+int wk_mxfp4_find_nan_scale(const uint8_t *data, uint32_t rows, uint32_t cols, uint32_t *row, uint32_t *group) {
+    uint32_t ng = cols / 32;
+    for (uint32_t r = 0; r < rows; r++)
+        for (uint32_t g = 0; g < ng; g++)
+            if (data[((uint64_t)r * ng + g) * 17] == 255) { *row = r; *group = g; return 1; }
+    return 0;
 }

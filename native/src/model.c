@@ -1,4 +1,4 @@
-/* model.c — the kimi_linear forward pass (engine.md §4.1): binding tensors by canonical
+/* model.c — the kimi_linear forward pass (docs/ENGINE.md §4.1): binding tensors by canonical
  * name, memory sizing (§5), state, and evaluation of a chunk of tokens.
  *
  * A chunk runs layer-major: for each layer the mixer walks the chunk's tokens in order
@@ -14,12 +14,13 @@
 #include <string.h>
 
 #include "engine.h"
+#include "sysinfo.h"
 
 #define MIN(a, b) ((a) < (b) ? (a) : (b))
 #define MAX(a, b) ((a) > (b) ? (a) : (b))
 
 /* ==== sizing ======================================================================= */
-/* Overflow-checked u64 arithmetic (engine.md §3): each helper records the first overflow
+/* Overflow-checked u64 arithmetic (docs/ENGINE.md §3): each helper records the first overflow
  * in *ovf (the value then saturates), and the caller names the quantity that overflowed. */
 static uint64_t cmul(uint64_t a, uint64_t b, int *ovf) { uint64_t r; if (!wu_mul(a, b, &r)) { *ovf = 1; return UINT64_MAX; } return r; }
 static uint64_t cadd(uint64_t a, uint64_t b, int *ovf) { uint64_t r; if (!wu_add(a, b, &r)) { *ovf = 1; return UINT64_MAX; } return r; }
@@ -31,10 +32,13 @@ static uint64_t max_width(const wc_config *c) {
     uint64_t cand[] = {(uint64_t)c->kda_heads * c->kda_dim, c->inter, (uint64_t)c->moe_inter * MAX(c->n_shared, 1),
                        (uint64_t)c->mla_heads * (c->d_nope + c->d_rope), (uint64_t)c->mla_heads * c->d_v,
                        (uint64_t)c->mla_heads * (c->d_nope + c->d_v), c->q_rank, (uint64_t)c->kv_rank + c->d_rope,
-                       (uint64_t)c->mla_heads * c->kv_rank, c->n_experts, (uint64_t)c->kda_dim * c->kda_dim};
+                       (uint64_t)c->mla_heads * c->kv_rank, c->n_experts, (uint64_t)c->kda_dim * c->kda_dim, c->rz};
     for (unsigned i = 0; i < sizeof cand / sizeof cand[0]; i++) w = MAX(w, cand[i]);
     return w;
 }
+
+/* Attention-residual blocks a forward pass holds: one per attn_res_block_size layers. */
+static uint64_t res_blocks(const wc_config *c) { return c->res_block ? (c->n_layers + c->res_block - 1) / c->res_block : 0; }
 
 /* Exact bytes of the state and scratch buffers wm_alloc_state allocates (a test checks the
  * measured allocation against the plan). State also holds the expert tables, which are
@@ -73,6 +77,9 @@ static int32_t buffer_bytes(const wc_container *c, uint32_t ctx_tokens, uint32_t
     uint64_t sc = cadd(cmul(floats, 4, &ovf), (uint64_t)cf->vocab * 16, &ovf);
     sc = cadd(sc, cmul(2ull * chunk * 4, k, &ovf), &ovf);
     sc = cadd(sc, (uint64_t)MAX(cf->n_experts, 1) + embed_row_bytes(c) + 64, &ovf);
+    /* K3: the mix xm [H], the residual blocks [n_blocks][chunk][H], latent z and sum [chunk][Rz] x 2 */
+    sc = cadd(sc, cmul(cadd(cmul(cmul(res_blocks(cf), chunk, &ovf), cf->hidden, &ovf), cf->hidden, &ovf), 4, &ovf), &ovf);
+    sc = cadd(sc, cmul(cmul(2ull * chunk, cf->rz, &ovf), 4, &ovf), &ovf);
     if (ovf) { wu_errf(err, cap, "memory sizing overflows u64: scratch (%llu activation floats)", (unsigned long long)floats); return WASTE_E_FORMAT; }
     *state = st; *scratch = sc;
     return WASTE_OK;
@@ -107,7 +114,7 @@ int32_t wm_sizing_compute(const wc_container *c, uint32_t ctx_tokens, uint32_t c
     /* floor + 3·WS may exceed u64 only when it exceeds all_cached too: saturate, min() wins. */
     int wide = 0;
     s->recommended = MIN(cadd(s->floor, cmul(3, s->working_set, &wide), &wide), all_cached);
-    s->usable = waste_usable_ram();
+    s->usable = wsys_usable_ram();
     uint64_t three_q = s->usable / 4 * 3;
     s->auto_budget = MAX(s->floor, MIN(three_q, s->recommended));
     if (budget_cfg == 0) {
@@ -148,8 +155,8 @@ static int32_t bind_mat(waste_ctx *ctx, wm_mat *m, const char *name, uint64_t ro
         wu_errf(err, cap, "manifest.json: tensor %s must have shape [%llu, %llu]", name, (unsigned long long)rows, (unsigned long long)cols);
         return WASTE_E_FORMAT;
     }
-    if (t->fmt != WF_F32 && t->fmt != WF_BF16 && t->fmt != WF_INT8) {
-        wu_errf(err, cap, "tensor %s: format %s is not supported by this engine yet", name, wf_name(t->fmt));
+    if (t->fmt != WF_F32 && t->fmt != WF_BF16 && t->fmt != WF_INT8 && t->fmt != WF_INT4) {
+        wu_errf(err, cap, "tensor %s: format %s is supported for routed experts only", name, wf_name(t->fmt));
         return WASTE_E_UNSUPPORTED;
     }
     /* Defensive: the manifest check keeps every tensor but the embedding resident. */
@@ -187,12 +194,16 @@ int32_t wm_bind(waste_ctx *ctx, char *err, uint64_t cap) {
         wu_errf(err, cap, "manifest.json: tensor embed must have shape [%llu, %llu]", (unsigned long long)V, (unsigned long long)H);
         return WASTE_E_FORMAT;
     }
-    if (e->fmt != WF_F32 && e->fmt != WF_BF16 && e->fmt != WF_INT8) {
-        wu_errf(err, cap, "tensor embed: format %s is not supported by this engine yet", wf_name(e->fmt)); return WASTE_E_UNSUPPORTED;
+    if (e->fmt != WF_F32 && e->fmt != WF_BF16 && e->fmt != WF_INT8 && e->fmt != WF_INT4) {
+        wu_errf(err, cap, "tensor embed: format %s is supported for routed experts only", wf_name(e->fmt)); return WASTE_E_UNSUPPORTED;
     }
     ctx->embed = e;
     B(bind_vec(ctx, &ctx->final_norm, "final_norm", H, 0, err, cap));
     B(bind_mat(ctx, &ctx->lm_head, "lm_head", V, H, err, cap));
+    if (c->res_block) {
+        B(bind_vec(ctx, &ctx->out_res_norm, "output_res.norm", H, 0, err, cap));
+        B(bind_vec(ctx, &ctx->out_res_proj, "output_res.proj", H, 0, err, cap));
+    }
     char n[128];
 #define NM(fmt_) (snprintf(n, sizeof n, "blk.%u." fmt_, l), n)
     for (uint32_t l = 0; l < c->n_layers; l++) {
@@ -200,6 +211,12 @@ int32_t wm_bind(waste_ctx *ctx, char *err, uint64_t cap) {
         L->is_mla = c->is_mla[l]; L->is_moe = c->is_moe[l]; L->bank = ctx->c.bank_of_layer[l];
         B(bind_vec(ctx, &L->attn_norm, NM("attn_norm"), H, 0, err, cap));
         B(bind_vec(ctx, &L->ffn_norm, NM("ffn_norm"), H, 0, err, cap));
+        if (c->res_block) {
+            B(bind_vec(ctx, &L->res_attn_norm, NM("res.attn_norm"), H, 0, err, cap));
+            B(bind_vec(ctx, &L->res_attn_proj, NM("res.attn_proj"), H, 0, err, cap));
+            B(bind_vec(ctx, &L->res_mlp_norm, NM("res.mlp_norm"), H, 0, err, cap));
+            B(bind_vec(ctx, &L->res_mlp_proj, NM("res.mlp_proj"), H, 0, err, cap));
+        }
         if (!L->is_mla) {
             B(bind_mat(ctx, &L->q_proj, NM("kda.q_proj"), hd, H, err, cap));
             B(bind_mat(ctx, &L->k_proj, NM("kda.k_proj"), hd, H, err, cap));
@@ -212,8 +229,12 @@ int32_t wm_bind(waste_ctx *ctx, char *err, uint64_t cap) {
             B(bind_mat(ctx, &L->f_a, NM("kda.f_a"), d, H, err, cap));
             B(bind_mat(ctx, &L->f_b, NM("kda.f_b"), hd, d, err, cap));
             B(bind_mat(ctx, &L->b_proj, NM("kda.b_proj"), c->kda_heads, H, err, cap));
-            B(bind_mat(ctx, &L->g_a, NM("kda.g_a"), d, H, err, cap));
-            B(bind_mat(ctx, &L->g_b, NM("kda.g_b"), hd, d, err, cap));
+            if (c->kda_full_gate) {
+                B(bind_mat(ctx, &L->kda_g, NM("kda.g_proj"), hd, H, err, cap));
+            } else {
+                B(bind_mat(ctx, &L->g_a, NM("kda.g_a"), d, H, err, cap));
+                B(bind_mat(ctx, &L->g_b, NM("kda.g_b"), hd, d, err, cap));
+            }
             B(bind_vec(ctx, &L->o_norm, NM("kda.o_norm"), d, 0, err, cap));
             B(bind_mat(ctx, &L->o_proj, NM("kda.o_proj"), H, hd, err, cap));
         } else {
@@ -229,6 +250,7 @@ int32_t wm_bind(waste_ctx *ctx, char *err, uint64_t cap) {
             B(bind_vec(ctx, &L->kv_a_norm, NM("mla.kv_a_norm"), c->kv_rank, 0, err, cap));
             B(bind_mat(ctx, &L->kv_b, NM("mla.kv_b"), (uint64_t)c->mla_heads * (c->d_nope + c->d_v), c->kv_rank, err, cap));
             B(bind_mat(ctx, &L->mo, NM("mla.o_proj"), H, (uint64_t)c->mla_heads * c->d_v, err, cap));
+            if (c->mla_gate) B(bind_mat(ctx, &L->mla_g, NM("mla.g_proj"), (uint64_t)c->mla_heads * c->d_v, H, err, cap));
         }
         if (!L->is_moe) {
             B(bind_mat(ctx, &L->gate, NM("ffn.gate"), c->inter, H, err, cap));
@@ -240,17 +262,17 @@ int32_t wm_bind(waste_ctx *ctx, char *err, uint64_t cap) {
             B(bind_vec(ctx, &rw, NM("moe.router"), c->n_experts, H, err, cap));
             L->router = (wm_mat){WF_F32, 0, c->n_experts, (uint32_t)H, H * 4, (const uint8_t *)rw};
             B(bind_vec(ctx, &L->router_bias, NM("moe.router_bias"), c->n_experts, 0, err, cap));
+            if (c->rz) {
+                B(bind_mat(ctx, &L->lat_down, NM("moe.latent_down"), c->rz, H, err, cap));
+                B(bind_mat(ctx, &L->lat_up, NM("moe.latent_up"), H, c->rz, err, cap));
+                if (c->latent_norm) B(bind_vec(ctx, &L->lat_norm, NM("moe.latent_norm"), c->rz, 0, err, cap));
+            }
             if (c->n_shared) {
                 uint64_t w = (uint64_t)c->moe_inter * c->n_shared;
                 B(bind_mat(ctx, &L->gate, NM("moe.shared_gate"), w, H, err, cap));
                 B(bind_mat(ctx, &L->up, NM("moe.shared_up"), w, H, err, cap));
                 B(bind_mat(ctx, &L->down, NM("moe.shared_down"), H, w, err, cap));
                 L->has_ffn = 1;
-            }
-            const wc_bank *bk = &ctx->c.banks[L->bank];
-            if (bk->fmt != WF_F32 && bk->fmt != WF_BF16 && bk->fmt != WF_INT8) {
-                wu_errf(err, cap, "%s: expert format %s is not supported by this engine yet", bk->path, wf_name(bk->fmt));
-                return WASTE_E_UNSUPPORTED;
             }
         }
     }
@@ -269,7 +291,7 @@ uint64_t wm_params_total(const waste_ctx *ctx) {
         n += t->ndim == 2 ? t->shape[0] * t->shape[1] : t->shape[0];
     }
     const wc_config *c = &ctx->c.cfg;
-    n += (uint64_t)c->n_moe * c->n_experts * 3ull * c->hidden * c->moe_inter;
+    n += (uint64_t)c->n_moe * c->n_experts * 3ull * (c->rz ? c->rz : c->hidden) * c->moe_inter;
     return n;
 }
 
@@ -281,7 +303,7 @@ uint64_t wm_params_active(const waste_ctx *ctx) {
         n += t->ndim == 2 ? t->shape[0] * t->shape[1] : t->shape[0];
     }
     const wc_config *c = &ctx->c.cfg;
-    n += (uint64_t)c->n_moe * c->top_k * 3ull * c->hidden * c->moe_inter;
+    n += (uint64_t)c->n_moe * c->top_k * 3ull * (c->rz ? c->rz : c->hidden) * c->moe_inter;
     return n;
 }
 
@@ -327,6 +349,11 @@ int32_t wm_alloc_state(waste_ctx *ctx, uint64_t *bytes, char *err, uint64_t cap)
     if (!ctx->xs || !ctx->xn || !ctx->acc || !ctx->scores || !ctx->logits || !ctx->sample_pairs ||
         !ctx->sel || !ctx->selw || !ctx->expert_used || !ctx->row_tmp) goto oom;
     for (int i = 0; i < 12; i++) if (!(ctx->buf[i] = counted(ctx->maxw, sizeof(float), &sum))) goto oom;
+    ctx->xm = counted(c->hidden, sizeof(float), &sum);
+    ctx->res = res_blocks(c) ? counted(res_blocks(c) * chunk * c->hidden, sizeof(float), &sum) : NULL;
+    ctx->lz = c->rz ? counted((uint64_t)chunk * c->rz, sizeof(float), &sum) : NULL;
+    ctx->lacc = c->rz ? counted((uint64_t)chunk * c->rz, sizeof(float), &sum) : NULL;
+    if (!ctx->xm || (res_blocks(c) && !ctx->res) || (c->rz && (!ctx->lz || !ctx->lacc))) goto oom;
     *bytes = sum;
     return WASTE_OK;
 oom:
@@ -346,6 +373,7 @@ void wm_free_state(waste_ctx *ctx) {
     free(ctx->xs); free(ctx->xn); free(ctx->acc); free(ctx->scores); free(ctx->logits);
     free(ctx->sample_pairs); free(ctx->sel); free(ctx->selw); free(ctx->expert_used); free(ctx->row_tmp);
     for (int i = 0; i < 12; i++) free(ctx->buf[i]);
+    free(ctx->xm); free(ctx->res); free(ctx->lz); free(ctx->lacc);
 }
 
 void wm_reset_state(waste_ctx *ctx) {
@@ -426,19 +454,28 @@ static void kda_step(waste_ctx *ctx, uint32_t l, const float *xn, float *out) {
         float nq = sqrtf(sq + c->l2_eps), nk = sqrtf(sk + c->l2_eps);
         for (uint32_t i = 0; i < d; i++) { q[h * d + i] = q[h * d + i] / nq * qscale; k[h * d + i] = k[h * d + i] / nk; }
     }
-    /* Per-channel decay gate g = -exp(A_log[h]) * softplus(f_b(f_a x) + dt_bias). */
+    /* Per-channel decay gate, a = f_b(f_a x) + dt_bias: g = -exp(A_log[h]) * softplus(a), or
+     * with the lower bound λ (docs/ENGINE.md §4.2.6) g = λ * σ(exp(A_log[h]) * a), no softplus. */
     // xn: [H] -> fa: [d] -> g: [hd]; a_log: [Hk], dt_bias: [hd]
     matvec(ctx, &L->f_a, xn, fa);
     matvec(ctx, &L->f_b, fa, g);
-    for (uint32_t i = 0; i < hd; i++) {
-        float a = g[i] + L->dt_bias[i];
-        g[i] = -wn_expf(L->a_log[i / d]) * softplusf_(a);
+    if (c->lower_bound) {
+        for (uint32_t i = 0; i < hd; i++) g[i] = c->gate_lb * sigmoidf_(wn_expf(L->a_log[i / d]) * (g[i] + L->dt_bias[i]));
+    } else {
+        for (uint32_t i = 0; i < hd; i++) {
+            float a = g[i] + L->dt_bias[i];
+            g[i] = -wn_expf(L->a_log[i / d]) * softplusf_(a);
+        }
     }
-    // beta: [Hk]; z: [hd] (via g_a: [d])
+    // beta: [Hk]; z: [hd] (full-rank g_proj: [hd][H], or g_b: [hd][d] after g_a: [d][H])
     matvec(ctx, &L->b_proj, xn, beta);
     for (uint32_t h = 0; h < Hk; h++) beta[h] = sigmoidf_(beta[h]);
-    matvec(ctx, &L->g_a, xn, fa);
-    matvec(ctx, &L->g_b, fa, z);
+    if (c->kda_full_gate) {
+        matvec(ctx, &L->kda_g, xn, z);
+    } else {
+        matvec(ctx, &L->g_a, xn, fa);
+        matvec(ctx, &L->g_b, fa, z);
+    }
     /* Delta rule per head, decay first. S: [d keys][d values]. */
     // S: [Hk][d][d]; r, delta: [d]; y: [Hk][d] -> out: [H]
     for (uint32_t h = 0; h < Hk; h++) {
@@ -516,18 +553,33 @@ static void mla_step(waste_ctx *ctx, uint32_t l, const float *xn, uint64_t pos, 
         }
         for (uint32_t i = 0; i < dv; i++) o[h * dv + i] = wk_dot_row(ctx->k, &L->kv_b, h * (dn + dv) + dn + i, ctxc);
     }
-    // o: [nh][dv] -> out: [H]
+    /* Sigmoid output gate on the concatenated heads (docs/ENGINE.md §4.2.4); row is free again. */
+    // xn: [H] -> row: [nh * dv]; o: [nh][dv] -> out: [H]
+    if (c->mla_gate) {
+        matvec(ctx, &L->mla_g, xn, row);
+        for (uint32_t i = 0; i < nh * dv; i++) o[i] *= sigmoidf_(row[i]);
+    }
     matvec(ctx, &L->mo, o, out);
 }
 
 /* ==== FFN ========================================================================== */
-/* y = down(silu(gate x) ⊙ up x) */
+/* y = down(act(gate x, up x)): silu(g)·u, or SiTU (docs/ENGINE.md §4.2.1)
+ * β·tanh(g/β)·σ(g) · β_l·tanh(u/β_l), with u unchanged when β_l is unset. */
 static void swiglu(waste_ctx *ctx, const wm_mat *gate, const wm_mat *up, const wm_mat *down, const float *x, float *y) {
+    const wc_config *c = &ctx->c.cfg;
     float *g = ctx->buf[9], *u = ctx->buf[10];
-    // x: [H] -> g, u: [I] (gate->rows) -> y: [H]
+    // x: [gate->cols] -> g, u: [I] (gate->rows) -> y: [down->rows]
     matvec(ctx, gate, x, g);
     matvec(ctx, up, x, u);
-    for (uint32_t i = 0; i < gate->rows; i++) g[i] = siluf_(g[i]) * u[i];
+    if (!c->situ) {
+        for (uint32_t i = 0; i < gate->rows; i++) g[i] = siluf_(g[i]) * u[i];
+    } else {
+        float b = c->situ_beta, bl = c->situ_lbeta;
+        for (uint32_t i = 0; i < gate->rows; i++) {
+            float left = b * wn_tanhf(g[i] / b) * sigmoidf_(g[i]);
+            g[i] = left * (c->has_lbeta ? bl * wn_tanhf(u[i] / bl) : u[i]);
+        }
+    }
     matvec(ctx, down, g, y);
 }
 
@@ -557,17 +609,23 @@ static void route(waste_ctx *ctx, const wm_layer *L, const float *xn, int32_t *s
     }
 }
 
+/* Routed experts on x, or on z = latent_down·x under a latent MoE (docs/ENGINE.md §4.2.2), summed
+ * in ascending expert id; the latent sum is optionally RMS-normed and projected up to H.
+ * Shared experts (on x, unscaled) come last, then the sum joins the residual stream. */
 static int32_t moe_chunk(waste_ctx *ctx, uint32_t l, uint32_t n) {
     const wc_config *c = &ctx->c.cfg;
     const wm_layer *L = &ctx->layers[l];
-    uint32_t H = c->hidden, k = c->top_k;
+    uint32_t H = c->hidden, k = c->top_k, R = c->rz ? c->rz : H;
     float *y = ctx->buf[8];
+    /* The experts' input and their weighted sum: z and lacc [n][Rz] (latent), else xn and acc [n][H]. */
+    float *ein = c->rz ? ctx->lz : ctx->xn, *eacc = c->rz ? ctx->lacc : ctx->acc;
     memset(ctx->expert_used, 0, c->n_experts);
-    // xn, acc: [n][H]; sel, selw: [n][k]; expert_used: [E]
+    // xn, acc: [n][H]; sel, selw: [n][k]; expert_used: [E]; lz, lacc: [n][Rz]
     for (uint32_t t = 0; t < n; t++) {
         route(ctx, L, ctx->xn + (uint64_t)t * H, ctx->sel + (uint64_t)t * k, ctx->selw + (uint64_t)t * k);
         for (uint32_t j = 0; j < k; j++) ctx->expert_used[ctx->sel[(uint64_t)t * k + j]] = 1;
-        memset(ctx->acc + (uint64_t)t * H, 0, H * sizeof(float));
+        if (c->rz) matvec(ctx, &L->lat_down, ctx->xn + (uint64_t)t * H, ctx->lz + (uint64_t)t * R);
+        memset(eacc + (uint64_t)t * R, 0, R * sizeof(float));
     }
     const wc_bank *b = &ctx->c.banks[L->bank];
     /* Ascending expert id: every token accumulates its experts in id order. */
@@ -577,7 +635,7 @@ static int32_t moe_chunk(waste_ctx *ctx, uint32_t l, uint32_t n) {
         int32_t st = we_get(ctx, (uint32_t)L->bank, e, &rec);
         if (st) return st;
         const uint8_t *body = rec + 256;
-        // record body: gate [I][H], up [I][H], down [H][I] (docs/FORMAT.md §5)
+        // record body: gate [I][R], up [I][R], down [R][I] (docs/FORMAT.md §5)
         wm_mat mg = {b->fmt, b->group, b->rows[0], b->cols[0], wf_row_bytes(b->fmt, b->group, b->cols[0]), body + b->block_off[0]};
         wm_mat mu = {b->fmt, b->group, b->rows[1], b->cols[1], wf_row_bytes(b->fmt, b->group, b->cols[1]), body + b->block_off[1]};
         wm_mat md = {b->fmt, b->group, b->rows[2], b->cols[2], wf_row_bytes(b->fmt, b->group, b->cols[2]), body + b->block_off[2]};
@@ -585,16 +643,21 @@ static int32_t moe_chunk(waste_ctx *ctx, uint32_t l, uint32_t n) {
             for (uint32_t j = 0; j < k; j++) {
                 if (ctx->sel[(uint64_t)t * k + j] != (int32_t)e) continue;
                 float w = ctx->selw[(uint64_t)t * k + j];
-                swiglu(ctx, &mg, &mu, &md, ctx->xn + (uint64_t)t * H, y);
-                float *a = ctx->acc + (uint64_t)t * H;
-                for (uint32_t i = 0; i < H; i++) a[i] += y[i] * w;
+                swiglu(ctx, &mg, &mu, &md, ein + (uint64_t)t * R, y);
+                float *a = eacc + (uint64_t)t * R;
+                for (uint32_t i = 0; i < R; i++) a[i] += y[i] * w;
             }
         }
         we_unpin_all(&ctx->cache);
     }
-    // shared experts last, then the residual: xs: [n][H] += acc
+    // latent: lacc[t]: [Rz] -> (RMSNorm into buf[9]) -> acc[t]: [H]; then shared experts, then xs: [n][H] += acc
     for (uint32_t t = 0; t < n; t++) {
         float *a = ctx->acc + (uint64_t)t * H;
+        if (c->rz) {
+            const float *la = ctx->lacc + (uint64_t)t * R;
+            if (L->lat_norm) { rmsnorm(ctx->buf[9], la, L->lat_norm, R, c->rms_eps); la = ctx->buf[9]; }
+            matvec(ctx, &L->lat_up, la, a);
+        }
         if (L->has_ffn) {
             swiglu(ctx, &L->gate, &L->up, &L->down, ctx->xn + (uint64_t)t * H, y);
             for (uint32_t i = 0; i < H; i++) a[i] += y[i];
@@ -605,12 +668,42 @@ static int32_t moe_chunk(waste_ctx *ctx, uint32_t l, uint32_t n) {
     return WASTE_OK;
 }
 
+/* ==== attention residuals ========================================================== */
+/* Mix(P, 𝔅) (docs/ENGINE.md §4.2.3) for token t of the chunk: y = Σ_i softmax_i(s_i)·v_i over the
+ * candidates v = [block 0 … block nb-1, p], s_i = Σ_c wn[c]·wp[c]·v_i[c] / sqrt(mean(v_i²) + ε),
+ * on the unnormalised v, in f32. y aliases none of the inputs. */
+static void res_mix(const waste_ctx *ctx, const float *p, uint32_t nb, uint32_t t, const float *wn, const float *wp,
+                    float *y) {
+    const wc_config *c = &ctx->c.cfg;
+    uint32_t H = c->hidden;
+    float sc[WC_MAX_LAYERS + 1];
+    // blocks res: [n_blocks][chunk][H]; candidate i < nb is res[i][t], candidate nb is p: [H]
+#define CAND(i) ((i) < nb ? ctx->res + ((uint64_t)(i) * ctx->prefill_chunk + t) * H : p)
+    float mx = -INFINITY;
+    for (uint32_t i = 0; i <= nb; i++) {
+        const float *v = CAND(i);
+        float dot = 0.0f, ss = 0.0f;
+        for (uint32_t j = 0; j < H; j++) { dot += wn[j] * wp[j] * v[j]; ss += v[j] * v[j]; }
+        sc[i] = dot / sqrtf(ss / (float)H + c->rms_eps);
+        if (sc[i] > mx) mx = sc[i];
+    }
+    float sum = 0.0f;
+    for (uint32_t i = 0; i <= nb; i++) { sc[i] = wn_expf(sc[i] - mx); sum += sc[i]; }
+    for (uint32_t j = 0; j < H; j++) y[j] = 0.0f;
+    for (uint32_t i = 0; i <= nb; i++) {
+        const float *v = CAND(i);
+        float w = sc[i] / sum;
+        for (uint32_t j = 0; j < H; j++) y[j] += w * v[j];
+    }
+#undef CAND
+}
+
 /* ==== forward ====================================================================== */
 int32_t wm_forward(waste_ctx *ctx, const int32_t *ids, uint32_t n, int want_logits) {
     const wc_config *c = &ctx->c.cfg;
-    uint32_t H = c->hidden;
+    uint32_t H = c->hidden, B = c->res_block, nb = 0;
     double t0 = wu_now_ms();
-    // ids: [n] -> xs: [n][H] (the residual stream of the chunk)
+    // ids: [n] -> xs: [n][H] (the residual stream of the chunk; P under attention residuals)
     for (uint32_t t = 0; t < n; t++) {
         int32_t st = wc_read_embed_row(&ctx->c, ctx->embed, (uint32_t)ids[t], ctx->row_tmp, ctx->xs + (uint64_t)t * H,
                                        ctx->err, sizeof ctx->err);
@@ -620,17 +713,31 @@ int32_t wm_forward(waste_ctx *ctx, const int32_t *ids, uint32_t n, int want_logi
     float *mix = ctx->acc;
     for (uint32_t l = 0; l < c->n_layers; l++) {
         const wm_layer *L = &ctx->layers[l];
+        int push = B && l % B == 0;
         // mixer token by token (recurrent): x: [H], xin = xn[0]: [H], o = acc[0]: [H]
         for (uint32_t t = 0; t < n; t++) {
             float *x = ctx->xs + (uint64_t)t * H, *xin = ctx->xn, *o = mix;
-            rmsnorm(xin, x, L->attn_norm, H, c->rms_eps);
+            /* Attention residuals (docs/ENGINE.md §4.2.3): the input is Mix(P, 𝔅) once 𝔅 is not
+             * empty; at a block start P is pushed onto 𝔅 and restarts at 0, after the mix. */
+            const float *src = x;
+            if (B && nb) { res_mix(ctx, x, nb, t, L->res_attn_norm, L->res_attn_proj, ctx->xm); src = ctx->xm; }
+            rmsnorm(xin, src, L->attn_norm, H, c->rms_eps);
+            if (push) {
+                // res[nb][t]: [H] <- P; P <- 0
+                memcpy(ctx->res + ((uint64_t)nb * ctx->prefill_chunk + t) * H, x, H * sizeof(float));
+                memset(x, 0, H * sizeof(float));
+            }
             if (L->is_mla) mla_step(ctx, l, xin, ctx->pos + t, o);
             else kda_step(ctx, l, xin, o);
             for (uint32_t i = 0; i < H; i++) x[i] += o[i];
         }
-        // FFN input for the whole chunk: xn: [n][H]
-        for (uint32_t t = 0; t < n; t++)
-            rmsnorm(ctx->xn + (uint64_t)t * H, ctx->xs + (uint64_t)t * H, L->ffn_norm, H, c->rms_eps);
+        nb += push;
+        // FFN input for the whole chunk: xn: [n][H] (from Mix(P, 𝔅) under attention residuals)
+        for (uint32_t t = 0; t < n; t++) {
+            const float *src = ctx->xs + (uint64_t)t * H;
+            if (B) { res_mix(ctx, src, nb, t, L->res_mlp_norm, L->res_mlp_proj, ctx->xm); src = ctx->xm; }
+            rmsnorm(ctx->xn + (uint64_t)t * H, src, L->ffn_norm, H, c->rms_eps);
+        }
         if (L->is_moe) {
             int32_t st = moe_chunk(ctx, l, n);
             if (st) return st;
@@ -647,8 +754,10 @@ int32_t wm_forward(waste_ctx *ctx, const int32_t *ids, uint32_t n, int want_logi
     ctx->pos += n;
     if (want_logits) {
         float *h = ctx->buf[0];
-        // last position only: h: [H] -> logits: [V]
-        rmsnorm(h, ctx->xs + (uint64_t)(n - 1) * H, ctx->final_norm, H, c->rms_eps);
+        // last position only: (output mix xm: [H]) -> h: [H] -> logits: [V]
+        const float *last = ctx->xs + (uint64_t)(n - 1) * H;
+        if (B) { res_mix(ctx, last, nb, n - 1, ctx->out_res_norm, ctx->out_res_proj, ctx->xm); last = ctx->xm; }
+        rmsnorm(h, last, ctx->final_norm, H, c->rms_eps);
         matvec(ctx, &ctx->lm_head, h, ctx->logits);
         ctx->has_logits = 1;
     } else {

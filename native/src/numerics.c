@@ -1,4 +1,4 @@
-/* numerics.c — the engine's own exp and log (engine.md §4.3: "Transcendentals are the
+/* numerics.c — the engine's own exp and log (docs/ENGINE.md §4.3: "Transcendentals are the
  * engine's own"), so logits do not depend on which libm the host links.
  *
  * Both are computed in double with the classic fdlibm reductions and minimax coefficients
@@ -75,4 +75,20 @@ double wn_log(double x) {
 }
 
 float wn_expf(float x) { return (float)wn_exp((double)x); }
+
+/* tanh for SiTU (docs/ENGINE.md §4.2.1), in double, rounded once: |x| < 1/8 by its odd Taylor
+ * series to x^13 (next term < 2^-50 relative), else 1 - 2/(e^{2|x|} + 1), which has no
+ * cancellation there (the result is above 0.124); large |x| saturates to ±1 exactly. */
+float wn_tanhf(float xf) {
+    double x = (double)xf, a = x < 0 ? -x : x;
+    if (xf != xf) return xf;
+    if (a < 0.125) {
+        double z = x * x;
+        return (float)(x * (1.0 + z * (-1.0 / 3 + z * (2.0 / 15 + z * (-17.0 / 315 + z * (62.0 / 2835 + z * (-1382.0 / 155925
+                                     + z * (21844.0 / 6081075))))))));
+    }
+    if (a > 20.0) return x < 0 ? -1.0f : 1.0f;
+    double t = 1.0 - 2.0 / (wn_exp(2.0 * a) + 1.0);
+    return (float)(x < 0 ? -t : t);
+}
 float wn_logf(float x) { return (float)wn_log((double)x); }

@@ -1,4 +1,4 @@
-/* sampler.c — token selection (engine.md §2 Sampling): argmax at T = 0; otherwise
+/* sampler.c — token selection (docs/ENGINE.md §2 Sampling): argmax at T = 0; otherwise
  * logits/T → top_k → softmax (max subtracted) → top_p (sorted descending, shortest prefix
  * with mass ≥ p) → renormalise, then the first token whose cumulative mass exceeds u, with
  * u from xoshiro256** seeded by splitmix64(seed). Ties always go to the lower id. The

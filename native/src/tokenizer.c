@@ -841,7 +841,7 @@ static unsigned utf8_decode(const uint8_t *s, uint64_t n, uint32_t *cp)
 
 /* ======================================================================== PAT scanner
  *
- * PAT (engine.md §7) is an alternation tried in order at each position, with
+ * PAT (docs/ENGINE.md §7) is an alternation tried in order at each position, with
  * backtracking (Perl) semantics, as in tiktoken's fancy-regex. Every code point starts a
  * match of some branch (the generator checks it), so matches tile the text. Each branch
  * below reproduces the first match a backtracking engine finds; cp/fl index a chunk of n

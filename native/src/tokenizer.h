@@ -3,13 +3,13 @@
  * Loads `tokenizer.tiktoken` (one `base64(bytes) SP rank` per line; rank = id, dense,
  * unique, all 256 single bytes present) and optionally `specials.json`
  * (`[{"id": …, "text": …}]`, every id >= the number of ranks). Produces exactly the ids
- * of PyPI `tiktoken` with Kimi's pattern (PAT, engine.md §7) and Kimi's pre-chunking.
+ * of PyPI `tiktoken` with Kimi's pattern (PAT, docs/ENGINE.md §7) and Kimi's pre-chunking.
  *
  * Pipeline of wt_tokenize (the order matters for equality with the reference):
  *   1. UTF-8 validation. Text that is not valid UTF-8 (a truncated or overlong sequence,
  *      a surrogate, a code point above U+10FFFF, a stray continuation byte) is refused
  *      with WT_E_ARG before anything is produced; wt_utf8_invalid_at names the byte
- *      (engine.md §1 lists invalid UTF-8 under E_ARG). tiktoken cannot see such input
+ *      (docs/ENGINE.md §1 lists invalid UTF-8 under E_ARG). tiktoken cannot see such input
  *      either: a Python str holds none.
  *   2. Kimi's pre-chunking of each valid run: cut every 400,000 code points, then split
  *      each cut so that no run of whitespace or non-whitespace code points (Python's

@@ -1,5 +1,5 @@
 /* mem_driver.c — runs a model under a RAM budget and reports the process's peak RSS, so a
- * test can check engine.md §7 "Peak RSS (VmHWM) stays <= budget + 32 MiB" without a Python
+ * test can check docs/ENGINE.md §7 "Peak RSS (VmHWM) stays <= budget + 32 MiB" without a Python
  * interpreter's own memory in the way.
  *
  *   mem_driver MODEL BUDGET_BYTES N_TOKENS

@@ -1,4 +1,4 @@
-/* test_rules.c — the library rules of engine.md §1–§2 through the public header, on a
+/* test_rules.c — the library rules of docs/ENGINE.md §1–§2 through the public header, on a
  * testkit container: every failing call leaves a detail; pieces + tail == detokenize when
  * the callback or an abort stops generation inside a multi-byte character; waste_close
  * during a call is a no-op; only waste_reset clears poison (snapshot_load refuses); an

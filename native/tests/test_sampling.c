@@ -1,11 +1,11 @@
-/* test_sampling.c — engine.md §2 Sampling through waste_generate on a testkit container:
+/* test_sampling.c — docs/ENGINE.md §2 Sampling through waste_generate on a testkit container:
  * any finite T > 0 is well defined (a tiny T equals greedy), and exact ties go to the
  * lower id, for greedy and for sampling (checked draw by draw against xoshiro256**). */
 #include <math.h>
 
 #include "testkit.h"
 
-/* ==== the generator of engine.md §2, for the expected draws ======================== */
+/* ==== the generator of docs/ENGINE.md §2, for the expected draws =================== */
 static uint64_t splitmix64(uint64_t *x) {
     uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;

@@ -1,8 +1,8 @@
 """The engines the HTTP contract runs against: the scripted fake, and libwaste on a synthetic
-container (style.md: the same contract test runs against both).
+container (the same contract test runs against both).
 
 ``RecordingEngine`` wraps either adapter. It records what the server asked of the engine
-(prompts, resets, stop reasons, tokens delivered), like the fake's own record, and can pause
+(prompts, stop reasons, tokens delivered), like the fake's own record, and can pause
 a generation inside its token callback so a test orders events without sleeping.
 """
 
@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Any, Callable, Iterator
+from typing import Any, AsyncIterator, Callable, Iterator
 
 import attrs
 import trio
 
 from tests.contract.serving import fake, running, state_of
-from waste.app import Settings, engine_loader
+from waste.app import Settings, engine_opener
 
 ENGINE_KINDS = ("fake", "native")
 WAIT_LIMIT_S = 20.0  # a safety net for a contract that is broken, never a synchronisation
@@ -24,10 +24,9 @@ WAIT_LIMIT_S = 20.0  # a safety net for a contract that is broken, never a synch
 
 @attrs.define
 class Record:
-    prompts: list[list[int]] = attrs.field(factory=list)
+    prompts: list[list[int]] = attrs.field(factory=list)  # as sent: image placeholders unexpanded
     stop_reasons: list[str] = attrs.field(factory=list)  # or "E_…" when generate raised
     generated: list[int] = attrs.field(factory=list)  # tokens delivered, per generate call
-    resets: int = 0
 
 
 class RecordingEngine:
@@ -54,12 +53,8 @@ class RecordingEngine:
         self._pause_at = None
         self._resume.set()
 
-    def reset(self) -> None:
-        self.inner.reset()
-        self.record.resets += 1
-
-    def generate(self, prompt, params, on_token: Callable):
-        self.record.prompts.append(list(prompt))
+    def generate(self, prompt, params, on_token: Callable, *, is_cancelled=None):
+        self.record.prompts.append(list(prompt.ids))
         self.record.generated.append(0)
         self.generating.set()
 
@@ -71,9 +66,9 @@ class RecordingEngine:
             return on_token(event)
 
         try:
-            result = self.inner.generate(prompt, params, counted)
+            result = self.inner.generate(prompt, params, counted, is_cancelled=is_cancelled)
         except Exception as exc:
-            self.record.stop_reasons.append(getattr(exc, "status_name", type(exc).__name__))
+            self.record.stop_reasons.append(getattr(exc, "code", type(exc).__name__))
             raise
         self.record.stop_reasons.append(result.stop_reason)
         return result
@@ -96,27 +91,27 @@ class Served:
     kind: str
 
     @property
-    def host(self):
-        return state_of(self.app).host
+    def service(self):
+        return state_of(self.app).service
 
     @property
     def engine(self) -> RecordingEngine:
         """The recording engine the server runs (once it has loaded)."""
-        return self.host.engine
+        return self.service.engine
 
     def wait_for(self, predicate: Callable[[Any], bool]) -> None:
-        """Block until ``predicate(host)`` holds, woken by the host's own state changes."""
-        host = self.host
+        """Block until ``predicate(service)`` holds, woken by the service's own state changes."""
+        service = self.service
 
         async def wait() -> None:
             with trio.fail_after(WAIT_LIMIT_S):
-                await host.wait_until(predicate)
+                await service.wait_until(predicate)
 
-        trio.from_thread.run(wait, trio_token=host.trio_token)
+        trio.from_thread.run(wait, trio_token=service.trio_token)
 
     def call(self, fn: Callable[[], Any]) -> Any:
-        """Run ``fn`` on the server's Trio thread (to call the host's synchronous methods)."""
-        return trio.from_thread.run_sync(fn, trio_token=self.host.trio_token)
+        """Run ``fn`` on the server's Trio thread (to call the service's synchronous methods)."""
+        return trio.from_thread.run_sync(fn, trio_token=self.service.trio_token)
 
 
 # Small caps keep the native engine's answers short; the fake's replies end by themselves.
@@ -129,16 +124,20 @@ def serve(kind: str, request, *, script: dict | None = None, wait_ready: bool = 
     """Serve ``kind`` ("fake" with ``script``, or "native" on the session container)."""
     if kind == "fake":
         engine = RecordingEngine(fake(script, ctx_tokens=settings.get("ctx", 0)))
-        loader = lambda: (engine, engine.inner)  # noqa: E731
         config = Settings(fake_engine="builtin", **settings)
+
+        @contextlib.asynccontextmanager
+        async def opener() -> AsyncIterator[Any]:
+            yield engine, engine.inner
     else:
         container = request.getfixturevalue("native_container")
         config = Settings(model=str(container), **{**NATIVE_SETTINGS, **settings})
-        open_native = engine_loader(config)
+        open_native = engine_opener(config)
 
-        def loader():
-            inner, tokenizer = open_native()
-            return RecordingEngine(inner), tokenizer
+        @contextlib.asynccontextmanager
+        async def opener() -> AsyncIterator[Any]:
+            async with open_native() as (inner, tokenizer):
+                yield RecordingEngine(inner), tokenizer
 
-    with running(loader, config, wait_ready=wait_ready) as (base, app):
+    with running(opener, config, wait_ready=wait_ready) as (base, app):
         yield Served(base, app, kind)

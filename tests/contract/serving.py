@@ -14,16 +14,15 @@ import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve
 
-from waste.adapters.fake import FakeEngine
-from waste.adapters.fake_script import parse_script
+from waste.adapters.fake import FakeEngine, parse_script
 from waste.app import Settings, create_app
 
 
 @contextlib.contextmanager
-def running(engine_or_loader, settings: Settings | None = None, *, wait_ready: bool = True):
+def running(engine_or_opener, settings: Settings | None = None, *, wait_ready: bool = True):
     """Yield ``(base_url, app)`` while the app is served on 127.0.0.1:<free port>."""
     settings = settings or Settings(fake_engine="builtin")
-    app = create_app(engine_or_loader, settings)
+    app = create_app(engine_or_opener, settings)
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
@@ -74,7 +73,7 @@ def _wait_ready(app, token) -> None:
 
     async def loaded() -> None:
         with trio.fail_after(30):  # a safety net, not a synchronisation
-            await state.host.ready.wait()
+            await state.service.ready.wait()
 
     trio.from_thread.run(loaded, trio_token=token)
 

@@ -1,5 +1,5 @@
 """``python -m waste`` as users run it, in a subprocess: startup, signals, exit codes
-(http.md §6 Shutdown, §9).
+(docs/HTTP.md §6 Shutdown, §9).
 
 The server is a black box here; the test synchronises on what it prints (``listening on``,
 its log lines) and on its HTTP answers, never on sleeps.
@@ -46,7 +46,8 @@ class CliServer:
             try:
                 line = self.stderr.get(timeout=LINE_WAIT_S)
             except queue.Empty:
-                raise AssertionError(f"the server never logged {text!r}: {self.stderr_seen}")
+                raise AssertionError(
+                    f"the server never logged {text!r}: {self.stderr_seen}") from None
             self.stderr_seen.append(line)
             if text in line:
                 return line

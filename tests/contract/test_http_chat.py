@@ -1,5 +1,5 @@
 """Chat and completions over real sockets against the scripted fake: what depends on a scripted
-reply (http.md §2–§4, §6, §9.1). test_http_generation.py runs the rest against both engines."""
+reply (docs/HTTP.md §2–§4, §6, §9.1). test_http_generation.py runs the rest against both engines."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def client(served):
 
 @pytest.fixture
 def record(served):
-    return state_of(served[1]).host.engine.record
+    return state_of(served[1]).service.engine.record
 
 
 def user(text: str, **extra) -> dict:
@@ -139,7 +139,7 @@ def test_finish_reason_length_and_precedence(client):
 
 
 def test_finish_reason_tool_calls_beats_length(client):
-    """http.md §3.2: a complete call was emitted, then the cap cut the second one: tool_calls."""
+    """docs/HTTP.md §3.2: a complete call was emitted, then the cap cut the second one: tool_calls."""
     tools = [{"type": "function", "function": {"name": "get_weather"}}]
 
     def capped(n: int) -> dict:
@@ -163,7 +163,7 @@ def test_finish_reason_tool_calls_beats_length(client):
 
 
 def test_the_user_text_is_found_whatever_the_header_attributes(client):
-    """http.md §9.1: the default reply echoes the last user text; a name changes nothing."""
+    """docs/HTTP.md §9.1: the default reply echoes the last user text; a name changes nothing."""
     named = {"messages": [{"role": "user", "content": "hello", "name": "bob"}],
              "thinking": False}
     body = client.post("/v1/chat/completions", json=named).json()

@@ -1,4 +1,4 @@
-"""The chat.json path and the no-chat-format container over real sockets (chatjson.md, http.md §2.5)."""
+"""The chat.json path and the no-chat-format container over real sockets (docs/CHATJSON.md, docs/HTTP.md §2.5)."""
 
 from __future__ import annotations
 
@@ -47,8 +47,8 @@ def test_kimi_linear_plain_chat(kimi_linear):
         body = c.post("/v1/chat/completions", json=chat("hello")).json()
         assert body["choices"][0]["message"] == {"role": "assistant", "content": "Echo: hello"}
         assert body["choices"][0]["finish_reason"] == "stop"
-    prompt = state_of(app).host.engine.record.prompts[-1]
-    engine = state_of(app).host.engine
+    prompt = state_of(app).service.engine.record.prompts[-1]
+    engine = state_of(app).service.engine
     text = engine.detokenize(prompt).decode()
     assert text == "<|im_user|>user<|im_middle|>hello<|im_end|><|im_assistant|>assistant<|im_middle|>"
     assert not text.startswith("<|im_system|>")  # no system prompt is ever invented
@@ -71,7 +71,7 @@ def test_kimi_linear_tools_round_trip(kimi_linear):
             {"role": "user", "content": "weather?"}, choice["message"],
             {"role": "tool", "tool_call_id": call["id"], "content": "sunny"}], "tools": tools}
         assert c.post("/v1/chat/completions", json=followup).status_code == 200
-    text = state_of(app).host.engine.detokenize(state_of(app).host.engine.record.prompts[-1]).decode()
+    text = state_of(app).service.engine.detokenize(state_of(app).service.engine.record.prompts[-1]).decode()
     assert "## Return of functions.get_weather:0\nsunny" in text
 
 
@@ -100,7 +100,7 @@ def test_glm_reasoning_and_stop(glm):
                                 {"role": "assistant", "content": "b", "reasoning_content": "r"},
                                 {"role": "user", "content": "c"}]}
         c.post("/v1/chat/completions", json=history)
-    engine = state_of(app).host.engine
+    engine = state_of(app).service.engine
     text = engine.detokenize(engine.record.prompts[-1]).decode()
     assert text == "[gMASK]<sop><|user|>a<|assistant|><think>r</think>b<|user|>c<|assistant|><think>"
 
@@ -109,7 +109,7 @@ def test_glm_effort_and_refusals(glm):
     base, app = glm
     with httpx.Client(base_url=base) as c:
         assert c.post("/v1/chat/completions", json=chat("x", reasoning_effort="high")).status_code == 200
-        engine = state_of(app).host.engine
+        engine = state_of(app).service.engine
         text = engine.detokenize(engine.record.prompts[-1]).decode()
         assert text.startswith("[gMASK]<sop><|system|>Reasoning Effort: High<|user|>x")
         off = c.post("/v1/chat/completions", json=chat("x", thinking=False))

@@ -18,13 +18,13 @@ import httpx
 import pytest
 
 from tests.contract.serving import fake, running, state_of
-from waste.app import Settings, engine_loader
+from waste.app import Settings, engine_opener
 
 
 @pytest.fixture(scope="module")
 def served(native, native_container):
     settings = Settings(model=str(native_container), ctx=512, usage="", max_tokens=24)
-    with running(engine_loader(settings), settings) as (base, app):
+    with running(engine_opener(settings), settings) as (base, app):
         yield base, app
 
 
@@ -59,7 +59,7 @@ def test_completions_never_show_the_end_marker(client):
 def test_the_hotlist_is_saved_at_shutdown(native, native_container, tmp_path):
     usage = tmp_path / "usage.waste"
     settings = Settings(model=str(native_container), ctx=512, usage=str(usage), max_tokens=4)
-    with running(engine_loader(settings), settings) as (base, app):
+    with running(engine_opener(settings), settings) as (base, app):
         assert httpx.post(base + "/v1/chat/completions", json=chat("warm"), timeout=60).status_code == 200
         assert not usage.exists()
     assert usage.stat().st_size > 0  # written by the engine worker, after the last request
@@ -128,8 +128,8 @@ def _check_no_tokenizer(base: str) -> None:
 
 def test_a_container_without_a_tokenizer_serves_clear_400s(tokenizerless_container):
     settings = Settings(model=str(tokenizerless_container), ctx=256, usage="")
-    with running(engine_loader(settings), settings) as (base, app):
-        assert state_of(app).host.load_error is None
+    with running(engine_opener(settings), settings) as (base, app):
+        assert state_of(app).service.load_error is None
         _check_no_tokenizer(base)
 
 

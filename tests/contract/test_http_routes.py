@@ -1,7 +1,8 @@
-"""HTTP routes over real sockets, against each engine: http.md §1, §2.1, §5, §6, §8."""
+"""HTTP routes over real sockets, against each engine: docs/HTTP.md §1, §2.1, §5, §6, §8."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 
@@ -12,7 +13,7 @@ import trio
 from tests.contract.engines import serve
 from tests.contract.serving import fake, running, state_of
 from waste.app import Settings
-from waste.domain.engine import EngineError
+from waste.domain.ports import EngineFormatError
 
 # What each engine reports about itself (the synthetic container: seed 0, default geometry).
 IDENTITY = {
@@ -63,7 +64,7 @@ def test_models_list_and_one(served, client):
 
 @pytest.fixture(scope="module")
 def fake_client():
-    """The fake alone, for what http.md §9.1 fixes about it."""
+    """The fake alone, for what docs/HTTP.md §9.1 fixes about it."""
     with running(fake(), Settings(fake_engine="builtin")) as (base, app), \
             httpx.Client(base_url=base, timeout=10) as c:
         yield c
@@ -347,12 +348,12 @@ ENGINE_SERIES = ("waste_expert_hits_total", "waste_expert_misses_total",
 def test_routes_answer_503_while_loading():
     gate = threading.Event()
 
-    def slow_loader():
-        gate.wait(20)
-        engine = fake()
-        return engine, engine
+    @contextlib.asynccontextmanager
+    async def slow_opener():
+        engine = await trio.to_thread.run_sync(lambda: gate.wait(20) and fake())
+        yield engine, engine
 
-    with running(slow_loader, Settings(fake_engine="builtin"), wait_ready=False) as (base, app):
+    with running(slow_opener, Settings(fake_engine="builtin"), wait_ready=False) as (base, app):
         with httpx.Client(base_url=base, timeout=10) as c:
             health = c.get("/health")
             assert health.status_code == 503 and health.json()["status"] == "loading"
@@ -366,17 +367,19 @@ def test_routes_answer_503_while_loading():
             for series in ENGINE_SERIES:
                 assert series not in metrics.text, series
             gate.set()
-            host = state_of(app).host
-            trio.from_thread.run(host.ready.wait, trio_token=host.trio_token)
+            service = state_of(app).service
+            trio.from_thread.run(service.ready.wait, trio_token=service.trio_token)
             assert c.get("/v1/models").status_code == 200
             assert "waste_expert_hits_total" in c.get("/metrics").text
 
 
 def test_a_failed_load_answers_500_engine_error_naming_the_failure():
-    def broken_loader():
-        raise EngineError(-2, "manifest.json: format_version 999 is not 1")
+    @contextlib.asynccontextmanager
+    async def broken_opener():
+        raise EngineFormatError("manifest.json: format_version 999 is not 1")
+        yield
 
-    with running(broken_loader, Settings(fake_engine="builtin")) as (base, app):
+    with running(broken_opener, Settings(fake_engine="builtin")) as (base, app):
         with httpx.Client(base_url=base, timeout=10) as c:
             health = c.get("/health")
             assert health.status_code == 503 and health.json()["status"] == "failed"

@@ -1,4 +1,4 @@
-"""Image parts end to end (http.md §5, §7; xtml.md §3.8) against a vision-enabled fake.
+"""Image parts end to end (docs/HTTP.md §5, §7; docs/XTML.md §3.8) against a vision-enabled fake.
 
 Images are made with Pillow in memory; the fake records each image's W×H and the exact prompt
 ids, so the tests check what reached the engine rather than how the server got there.
@@ -89,7 +89,7 @@ def client(served):
 
 @pytest.fixture
 def engine(served):
-    return state_of(served[1]).host.engine
+    return state_of(served[1]).service.engine
 
 
 def post(client, body: dict) -> httpx.Response:
@@ -385,7 +385,7 @@ def test_vision_disabled():
         # checked before the source: a remote URL is still "vision disabled"
         remote = error_of(post(c, ask(image_url("https://example.invalid/a.png"))))
         assert remote["code"] == "vision_disabled"
-        assert state_of(app).host.engine.record.images == []
+        assert state_of(app).service.engine.record.images == []
 
 
 def test_vision_flag_without_a_tower_is_disabled():

@@ -1,4 +1,4 @@
-"""The Engine port contract against ``NativeEngine`` (libwaste through cffi).
+"""The Engine port contract against ``NativeEngine`` (libwaste through cffi), and its binding.
 
 Runs on the synthetic container from ``conftest.py``. Expected values come from the
 container's own files (specials.json, chat.json) or from a second run, never from a
@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from waste.app.settings import Settings
-from waste.domain.engine import EngineError, SamplingParams
+from waste.domain.ports import (Cancelled, ContextFull, EngineBusy, EngineError, EngineFormatError,
+                                EngineIOError, InvalidArgument, InvalidState, Prompt,
+                                SamplingParams, Unsupported)
 from waste.tools.make_container import build_container
 
 pytestmark = pytest.mark.native
@@ -49,7 +51,7 @@ def run(engine, prompt, params=GREEDY, stop_at=None):
         return stop_at is not None and event.index >= stop_at
 
     engine.reset()
-    result = engine.generate(prompt, params, on_token)
+    result = engine.generate_ids(prompt, params, on_token)
     return result, events
 
 
@@ -119,10 +121,10 @@ def test_detokenize_grows_its_buffer_when_asked(native_engine):
 def test_bad_ids_are_refused(native_engine):
     with pytest.raises(EngineError) as info:
         native_engine.detokenize([native_engine.model_info().vocab + 5])
-    assert info.value.status == -5
+    assert isinstance(info.value, InvalidArgument)
     with pytest.raises(EngineError) as info:
         native_engine.detokenize([2**40])
-    assert info.value.status == -5 and "ids[0]" in info.value.detail
+    assert isinstance(info.value, InvalidArgument) and "ids[0]" in info.value.detail
 
 
 def test_tokenizer_context_matches_the_engine(native, native_engine, native_container):
@@ -196,7 +198,7 @@ def test_callback_exception_is_reraised_and_the_engine_still_works(native_engine
 
     native_engine.reset()
     with pytest.raises(Boom, match="from the callback"):
-        native_engine.generate(prompt, GREEDY, on_token)
+        native_engine.generate_ids(prompt, GREEDY, on_token)
     assert seen == [0, 1]
     _, after = run(native_engine, prompt)
     assert [e.token for e in after] == [e.token for e in before]
@@ -205,8 +207,8 @@ def test_callback_exception_is_reraised_and_the_engine_still_works(native_engine
 def test_oversize_prompt_is_e_ctx_and_evaluates_nothing(native_engine):
     native_engine.reset()
     with pytest.raises(EngineError) as info:
-        native_engine.generate([1] * (NATIVE_CTX_TOKENS + 1), GREEDY, lambda e: False)
-    assert info.value.status == -11 and info.value.status_name == "E_CTX"
+        native_engine.generate_ids([1] * (NATIVE_CTX_TOKENS + 1), GREEDY, lambda e: False)
+    assert isinstance(info.value, ContextFull) and info.value.code == "E_CTX"
     assert native_engine.position() == 0
     result, _ = run(native_engine, prompt_ids(native_engine))
     assert result.tokens_generated == GREEDY.max_tokens
@@ -216,15 +218,15 @@ def test_a_full_context_stops_with_ctx_full(native_engine):
     prompt = [native_engine.tokenize("a")[0]] * (NATIVE_CTX_TOKENS - 4)
     result, events = run(native_engine, prompt, SamplingParams(temperature=0.0, max_tokens=0))
     assert result.stop_reason == "ctx_full"
-    # Every delivered token but the last is evaluated (engine.md §2 Generation).
+    # Every delivered token but the last is evaluated (docs/ENGINE.md §2 Generation).
     assert len(events) == NATIVE_CTX_TOKENS - len(prompt) + 1
     assert native_engine.position() == NATIVE_CTX_TOKENS
 
 
 def test_empty_prompt_is_e_arg(native_engine):
     with pytest.raises(EngineError) as info:
-        native_engine.generate([], GREEDY, lambda e: False)
-    assert info.value.status == -5
+        native_engine.generate_ids([], GREEDY, lambda e: False)
+    assert isinstance(info.value, InvalidArgument)
 
 
 def test_statistics_move_with_generation(native_engine):
@@ -245,8 +247,8 @@ def test_abort_from_the_callback_is_e_cancelled(native_engine):
 
     native_engine.reset()
     with pytest.raises(EngineError) as info:
-        native_engine.generate(prompt_ids(native_engine), GREEDY, on_token)
-    assert info.value.status == -7
+        native_engine.generate_ids(prompt_ids(native_engine), GREEDY, on_token)
+    assert isinstance(info.value, Cancelled)
     result, _ = run(native_engine, prompt_ids(native_engine))
     assert result.tokens_generated == GREEDY.max_tokens
 
@@ -258,13 +260,13 @@ def test_a_call_from_inside_the_callback_is_e_busy(native, native_engine, native
             try:
                 native_engine.tokenize("x")
             except EngineError as exc:
-                outcomes.append(exc.status)
+                outcomes.append(type(exc))
             outcomes.append(tokenizer.tokenize("x"))  # the second context is free
             return True
 
         native_engine.reset()
-        native_engine.generate(prompt_ids(native_engine), GREEDY, on_token)
-    assert outcomes == [-8, native_engine.tokenize("x")]
+        native_engine.generate_ids(prompt_ids(native_engine), GREEDY, on_token)
+    assert outcomes == [EngineBusy, native_engine.tokenize("x")]
 
 
 def test_statistics_are_readable_from_another_thread_during_generate(native_engine):
@@ -277,18 +279,51 @@ def test_statistics_are_readable_from_another_thread_during_generate(native_engi
         return event.index >= 1
 
     native_engine.reset()
-    native_engine.generate(prompt_ids(native_engine), GREEDY, on_token)
+    native_engine.generate_ids(prompt_ids(native_engine), GREEDY, on_token)
     assert [s.tokens_generated for s in seen] == [seen[0].tokens_generated, seen[0].tokens_generated + 1]
+
+
+# -- the port's generate: a fresh state per prompt ----------------------------------------------
+def test_port_generate_starts_every_prompt_from_a_fresh_state(native_engine):
+    prompt = Prompt(ids=tuple(prompt_ids(native_engine)))
+    tokens = []
+    for _ in range(2):
+        events: list = []
+        result = native_engine.generate(prompt, GREEDY, events.append)
+        tokens.append([e.token for e in events])
+        assert result.prompt_tokens == len(prompt.ids) and result.cached_tokens == 0
+    assert tokens[0] == tokens[1] and len(tokens[0]) == GREEDY.max_tokens
+
+
+def test_port_generate_asks_is_cancelled_before_any_work(native_engine):
+    with pytest.raises(Cancelled):
+        native_engine.generate(Prompt(ids=tuple(prompt_ids(native_engine))), GREEDY,
+                               lambda e: False, is_cancelled=lambda: True)
+    assert native_engine.position() == 0
+
+
+def test_port_generate_refuses_a_full_prompt_with_both_numbers(native_engine):
+    with pytest.raises(ContextFull) as info:
+        native_engine.generate(Prompt(ids=(1,) * NATIVE_CTX_TOKENS), GREEDY, lambda e: False)
+    assert (info.value.prompt_tokens, info.value.ctx_tokens) == (NATIVE_CTX_TOKENS,
+                                                                 NATIVE_CTX_TOKENS)
+
+
+def test_port_generate_cuts_max_tokens_to_the_room_left(native_engine):
+    prompt = Prompt(ids=(native_engine.tokenize("a")[0],) * (NATIVE_CTX_TOKENS - 3))
+    result = native_engine.generate(prompt, SamplingParams(temperature=0.0, max_tokens=50),
+                                    lambda e: False)
+    assert result.tokens_generated == 3 and result.stop_reason == "max_tokens"
 
 
 # -- images, chat.json, lifetime ------------------------------------------------------------
 def test_images_are_unsupported_without_a_vision_tower(native_engine):
     with pytest.raises(EngineError) as info:
         native_engine.add_image(bytes(2 * 2 * 3), 2, 2)
-    assert info.value.status == -6
+    assert isinstance(info.value, Unsupported)
     with pytest.raises(EngineError) as info:
         native_engine.add_image(bytes(5), 2, 2)
-    assert info.value.status == -5 and "2x2" in info.value.detail
+    assert isinstance(info.value, InvalidArgument) and "2x2" in info.value.detail
 
 
 def test_expand_images_without_placeholders_is_the_identity_or_unsupported(native_engine):
@@ -296,7 +331,7 @@ def test_expand_images_without_placeholders_is_the_identity_or_unsupported(nativ
     try:
         assert native_engine.expand_images(ids) == ids
     except EngineError as exc:
-        assert exc.status == -6
+        assert isinstance(exc, Unsupported)
 
 
 def test_chat_template_is_none_without_chat_json(native_engine):
@@ -321,7 +356,7 @@ def test_close_is_idempotent_and_later_calls_fail(native, native_container):
     engine.close()
     with pytest.raises(EngineError) as info:
         engine.tokenize("x")
-    assert info.value.status == -9
+    assert isinstance(info.value, InvalidState)
     assert engine.statistics().tokens_generated == 0
     assert engine.model_info().arch == "kimi_linear"
 
@@ -341,7 +376,7 @@ def test_open_native_returns_engine_and_tokenizer(native, native_container):
         assert tokenizer.tokenize(TEXT) == engine.tokenize(TEXT)
         with pytest.raises(EngineError) as info:
             native.NativeEngine.open(native_container, options)
-        assert info.value.status == -8
+        assert isinstance(info.value, EngineBusy)
     finally:
         tokenizer.close()
         engine.close()
@@ -350,7 +385,7 @@ def test_open_native_returns_engine_and_tokenizer(native, native_container):
 def test_a_missing_container_is_e_io_naming_it(native, tmp_path):
     with pytest.raises(EngineError) as info:
         native.NativeEngine.open(tmp_path / "absent.waste")
-    assert info.value.status in (-1, -2) and "absent.waste" in info.value.detail
+    assert isinstance(info.value, (EngineIOError, EngineFormatError)) and "absent.waste" in info.value.detail
 
 
 def test_same_seed_gives_a_byte_identical_container(tmp_path, native_container):
@@ -368,12 +403,12 @@ def test_close_from_inside_the_callback_is_e_busy(native_engine):
         try:
             native_engine.close()
         except EngineError as exc:
-            statuses.append(exc.status)
+            statuses.append(type(exc))
         return True
 
     native_engine.reset()
-    native_engine.generate(prompt_ids(native_engine), GREEDY, on_token)
-    assert statuses == [-8] and not native_engine.closed
+    native_engine.generate_ids(prompt_ids(native_engine), GREEDY, on_token)
+    assert statuses == [EngineBusy] and not native_engine.closed
 
 
 def test_memory_plan_adds_up(native, native_container):
@@ -394,7 +429,7 @@ def test_a_library_of_another_api_version_is_refused(native, tmp_path):
     header.write_text("#define WASTE_API_VERSION 999\n", encoding="utf-8")
     with pytest.raises(EngineError) as info:
         native.check_api_version(header)
-    assert info.value.status == -6 and "999" in info.value.detail
+    assert isinstance(info.value, Unsupported) and "999" in info.value.detail
 
 
 def test_options_from_the_server_settings(native):
@@ -420,10 +455,10 @@ def test_close_waits_for_a_running_generate_and_aborts_it(native, native_contain
 
     def generate():
         try:
-            engine.generate(prompt_ids(engine), SamplingParams(temperature=0.0, max_tokens=0), on_token)
+            engine.generate_ids(prompt_ids(engine), SamplingParams(temperature=0.0, max_tokens=0), on_token)
             outcome.append("returned")
         except EngineError as exc:
-            outcome.append(exc.status)
+            outcome.append(type(exc))
 
     worker = threading.Thread(target=generate)
     worker.start()
@@ -435,4 +470,4 @@ def test_close_waits_for_a_running_generate_and_aborts_it(native, native_contain
     release.set()
     worker.join(30)
     closer.join(30)
-    assert outcome == [-7] and engine.closed
+    assert outcome == [Cancelled] and engine.closed

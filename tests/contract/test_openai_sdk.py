@@ -1,4 +1,4 @@
-"""The official ``openai`` Python client against the served fake: http.md §10.2, item by item.
+"""The official ``openai`` Python client against the served fake: docs/HTTP.md §10.2, item by item.
 
 Every assertion goes through the SDK's own parsing (pydantic models, the SSE decoder, the
 exception mapping), so a wire shape the SDK cannot read fails here even when raw JSON looks right.
@@ -46,12 +46,12 @@ def client(served):
 
 @pytest.fixture
 def record(served):
-    return state_of(served[1]).host.engine.record
+    return state_of(served[1]).service.engine.record
 
 
 @pytest.fixture
 def engine(served):
-    return state_of(served[1]).host.engine
+    return state_of(served[1]).service.engine
 
 
 def say(text: str) -> list[dict]:
@@ -60,7 +60,7 @@ def say(text: str) -> list[dict]:
 
 def prompt_text(engine, ids: list[int]) -> str:
     """The fake's prompt read back: code points as text, specials as their marker text."""
-    return "".join(engine.token_text(i) for i in ids)
+    return "".join(engine.vocab.token_text(i) for i in ids)
 
 
 def ends_with_markup(engine, ids: list[int], channel: str) -> bool:

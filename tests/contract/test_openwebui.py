@@ -1,4 +1,4 @@
-"""Open-WebUI's real traffic replayed against the served fake (http.md §10.1, SERVE.md).
+"""Open-WebUI's real traffic replayed against the served fake (docs/HTTP.md §10.1).
 
 The fixtures under ``fixtures/openwebui/`` are the requests Open-WebUI 0.6–0.12 sends: the model
 probe, a UI chat carrying its 28 builtin tool schemas (~20 KB), the native function-calling
@@ -80,7 +80,7 @@ def client(served):
 
 @pytest.fixture
 def engine(served):
-    return state_of(served[1]).host.engine
+    return state_of(served[1]).service.engine
 
 
 # -- model list ------------------------------------------------------------------------------
@@ -131,7 +131,7 @@ def test_ui_chat_stream_with_builtin_tools(client, engine):
     assert json.loads(calls[0]["arguments"]) == {"query": "Lisbon weather today", "count": 3}
     assert json.loads(calls[1]["arguments"]) == {}
     assert all(c["id"].startswith("call_") for c in calls)
-    # every tool is declared to the model, deep-sorted and compact (xtml.md §3.4, §3.9)
+    # every tool is declared to the model, deep-sorted and compact (docs/XTML.md §3.4, §3.9)
     declared = json.dumps(fixture["body"]["tools"], sort_keys=True, separators=(",", ":"),
                           ensure_ascii=False)
     opener = '<|open|>message role="system" type="tool-declare"<|sep|>'
@@ -167,7 +167,7 @@ def test_native_tool_call_follow_up(client, engine):
     second_call = contains(
         prompt, markup('<|open|>call tool="get_current_timestamp" index="2"<|sep|>'))
     assert 0 <= first_call < second_call
-    # results carry only tool_call_id: names resolved and re-sorted into call order (xtml.md §3.7)
+    # results carry only tool_call_id: names resolved and re-sorted into call order (docs/XTML.md §3.7)
     messages = fixture["body"]["messages"]
 
     def tool_message(name: str, index: int, content: str) -> list[int]:
@@ -234,7 +234,7 @@ def glm():
 
 
 def test_glm_refuses_the_ui_chat_naming_tools(glm):
-    record = state_of(glm[1]).host.engine.record
+    record = state_of(glm[1]).service.engine.record
     before = len(record.prompts)
     with httpx.Client(base_url=glm[0], timeout=30) as c:
         r = send(c, load("chat_stream.json"))

@@ -1,4 +1,4 @@
-"""When a stream writes: keep-alive comments measured from the last write (http.md §4.3).
+"""When a stream writes: keep-alive comments measured from the last write (docs/HTTP.md §4.3).
 
 Driven on Trio's virtual clock (``autojump_clock``): the events arrive at exact virtual
 times, so the schedule is checked to the instant without depending on this machine's speed.

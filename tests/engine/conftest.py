@@ -148,7 +148,7 @@ def tiny_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_hf(torch_stack, tiny_dir):
-    """(model, checkpoint dir) of transformers' tiny config A (engine.md §7), seed 0."""
+    """(model, checkpoint dir) of transformers' tiny config A (docs/ENGINE.md §7), seed 0."""
     from tests.engine import tiny
 
     return tiny.make_checkpoint(torch_stack, tiny_dir / "hf-a", tiny.CONFIG_A, seed=0)

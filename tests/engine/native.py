@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from waste.adapters.native.context import check, ffi, lib
-from waste.domain.engine import EngineError
+from waste.domain.ports import EngineError
 
 
 def status_name(status: int) -> str:

@@ -8,7 +8,7 @@ import pytest
 
 from tests.engine.native import open_ctx
 from waste.adapters.native import NativeEngine, NativeOptions, NativeTokenizer
-from waste.domain.engine import EngineError
+from waste.domain.ports import EngineError
 
 OPTIONS = NativeOptions(usage_path="")
 
@@ -28,7 +28,7 @@ def test_lone_surrogate_is_e_arg_naming_its_index(engine, synthetic_f32, call, t
         for target in (engine, tokenizer):
             with pytest.raises(EngineError) as info:
                 getattr(target, call)(text)
-            assert info.value.status_name == "E_ARG"
+            assert info.value.code == "E_ARG"
             assert info.value.detail == f"text[{index}] is U+{code}, a lone surrogate: not valid UTF-8"
     finally:
         tokenizer.close()
@@ -52,7 +52,7 @@ def test_eval_returns_the_c_logits(engine, synthetic_f32):
 def test_eval_refuses_bad_ids(engine, ids, needle):
     with pytest.raises(EngineError) as info:
         engine.eval(ids)
-    assert info.value.status_name == "E_ARG" and needle in info.value.detail, info.value.detail
+    assert info.value.code == "E_ARG" and needle in info.value.detail, info.value.detail
     assert engine.position() == 0
 
 
@@ -60,7 +60,7 @@ def test_eval_refuses_an_id_past_the_vocabulary(engine):
     vocab = engine.model_info().vocab
     with pytest.raises(EngineError) as info:
         engine.eval([3, vocab])
-    assert info.value.status_name == "E_ARG" and "ids[1]" in info.value.detail, info.value.detail
+    assert info.value.code == "E_ARG" and "ids[1]" in info.value.detail, info.value.detail
 
 
 def test_closed_engine_refuses_with_e_state(synthetic_f32):
@@ -70,6 +70,6 @@ def test_closed_engine_refuses_with_e_state(synthetic_f32):
     for call, args in (("reset", ()), ("eval", ([3],)), ("position", ()), ("tokenize", ("hi",))):
         with pytest.raises(EngineError) as info:
             getattr(engine, call)(*args)
-        assert info.value.status_name == "E_STATE" and "closed" in info.value.detail
+        assert info.value.code == "E_STATE" and "closed" in info.value.detail
     assert engine.statistics().bytes_read >= 0          # the final values, no raise
     engine.close()                                      # idempotent

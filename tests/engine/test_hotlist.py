@@ -1,4 +1,4 @@
-"""The expert hotlist (`usage.waste`, docs/FORMAT.md §8) and memory accounting (engine.md §5, §7).
+"""The expert hotlist (`usage.waste`, docs/FORMAT.md §8) and memory accounting (docs/ENGINE.md §5, §7).
 
 Counts are checked against what the engine itself reports as hits + misses; the file is parsed
 here from the FORMAT.md layout with the fingerprint recomputed (FNV-1a 64 of manifest.json).
@@ -316,7 +316,7 @@ def test_allocated_matches_plan_and_peak_is_a_high_water_mark(model, plan):
 
 
 def test_peak_rss_stays_within_budget_plus_32_mib(libwaste, tmp_path):
-    """engine.md §7: experts far larger than the budget, VmHWM <= budget + 32 MiB (a C driver,
+    """docs/ENGINE.md §7: experts far larger than the budget, VmHWM <= budget + 32 MiB (a C driver,
     so no interpreter sits in the resident set)."""
     if os.environ.get(EXTENSION_ENV):
         pytest.skip("under the sanitizer build: its shadow memory is not the engine's")

@@ -1,4 +1,4 @@
-"""Bit-exact invariants of libwaste (engine.md §7): equal inputs give byte-identical logits
+"""Bit-exact invariants of libwaste (docs/ENGINE.md §7): equal inputs give byte-identical logits
 whatever the chunking, thread count, kernel set or snapshot route, and reruns repeat.
 Also checks the sampler against an independent Python implementation of §2 Sampling.
 Containers are synthetic (waste.tools.make_container): no torch needed."""
@@ -16,6 +16,10 @@ ODD = Geometry(layers=3, layout="MKK", hidden=72, intermediate=100, moe_intermed
                experts=6, top_k=3, shared=2, kda_heads=3, kda_head_dim=12, conv_kernel=2,
                mla_heads=3, kv_lora_rank=20, qk_nope=12, qk_rope=6, v_head=10)
 
+# Every matrix width a multiple of 128, for int4 group 128.
+G128_INT4 = Geometry(dtype="int4", group=128, hidden=128, intermediate=128, moe_intermediate=128, kda_heads=1,
+                     kda_head_dim=128, kv_lora_rank=128, mla_heads=4, v_head=32)
+
 
 def prompt_of(n, vocab, seed=5):
     return [int(x) for x in np.random.default_rng(seed).integers(3, vocab, n)]
@@ -23,7 +27,8 @@ def prompt_of(n, vocab, seed=5):
 
 @pytest.fixture(scope="module")
 def containers(synthetic_dir, synthetic_f32):
-    """The default synthetic container in f32, bf16 and int8, and one with odd widths."""
+    """The default synthetic container in f32, bf16, int8 and int4 (g32), one with odd widths,
+    and an int4 g128 one."""
     def build(name, **kw):
         out = synthetic_dir / name
         return out if out.exists() else build_container(out, seed=1, **kw)
@@ -33,6 +38,8 @@ def containers(synthetic_dir, synthetic_f32):
         "f32-odd": build("odd-f32.waste", geometry=ODD),
         "bf16": build("default-bf16.waste", geometry=Geometry(dtype="bf16")),
         "int8": build("default-int8.waste", geometry=Geometry(dtype="int8")),
+        "int4": build("default-int4.waste", geometry=Geometry(dtype="int4")),
+        "int4-g128": build("g128-int4.waste", geometry=G128_INT4),
     }
 
 
@@ -44,7 +51,7 @@ def same_bytes(a, b) -> bool:
     return np.asarray(a, np.float32).tobytes() == np.asarray(b, np.float32).tobytes()
 
 
-@pytest.mark.parametrize("kind", ["f32", "f32-odd", "int8"])
+@pytest.mark.parametrize("kind", ["f32", "f32-odd", "int8", "int4"])
 def test_prefill_chunking_is_exact(containers, kind):
     path = containers[kind]
     with open_ctx(path, prefill_chunk=1) as c1:
@@ -55,7 +62,7 @@ def test_prefill_chunking_is_exact(containers, kind):
             assert same_bytes(c.eval(ids), ref), f"prefill_chunk={chunk} differs from token by token"
 
 
-@pytest.mark.parametrize("kind", ["f32", "f32-odd", "bf16", "int8"])
+@pytest.mark.parametrize("kind", ["f32", "f32-odd", "bf16", "int8", "int4"])
 def test_thread_count_is_exact(containers, kind):
     path = containers[kind]
     with open_ctx(path, n_threads=1) as c1, open_ctx(path, n_threads=2) as c2:
@@ -63,7 +70,7 @@ def test_thread_count_is_exact(containers, kind):
         assert same_bytes(per_token(c1, ids), per_token(c2, ids))
 
 
-@pytest.mark.parametrize("kind", ["f32", "f32-odd", "bf16", "int8"])
+@pytest.mark.parametrize("kind", ["f32", "f32-odd", "bf16", "int8", "int4", "int4-g128"])
 def test_generic_and_simd_kernels_are_exact(containers, kind):
     path = containers[kind]
     with open_ctx(path, kernels=1) as g:
@@ -124,7 +131,7 @@ def test_generate_follows_eval_logits_and_never_evaluates_the_last_token(contain
             logits = c.eval([t])
 
 
-# ---- sampler vs an independent implementation of engine.md §2 ---------------------------
+# ---- sampler vs an independent implementation of docs/ENGINE.md §2 ---------------------------
 M64 = (1 << 64) - 1
 
 

@@ -1,4 +1,4 @@
-"""Library rules and container refusals added after the issue-4 audit (engine.md §1–§3):
+"""Library rules and container refusals added after the issue-4 audit (docs/ENGINE.md §1–§3):
 each test names the rule it proves. test_sanitizers.py runs this module again on the
 ASan/UBSan build of the binding."""
 
@@ -16,7 +16,7 @@ from tests.engine.manifests import edit_manifest, tensor
 from tests.engine.native import open_ctx, try_open
 from waste.adapters.native.context import ffi
 from waste.adapters.native.context import lib as clib
-from waste.domain.engine import EngineError
+from waste.domain.ports import EngineError
 
 # Subprocess probes import the conftest first, so they run on the same (maybe ASan) build.
 PROBE_PRELUDE = "import tests.engine.conftest\n"
@@ -36,7 +36,7 @@ def copy(tiny_f32, tmp_path):
     return dst
 
 
-# ---- engine.md §3: only the input embedding is read from disk ---------------------------
+# ---- docs/ENGINE.md §3: only the input embedding is read from disk ---------------------------
 @pytest.mark.parametrize("name", ["lm_head", "final_norm", "blk.1.moe.router", "blk.0.kda.q_proj"])
 def test_on_disk_is_refused_except_for_the_embedding(copy, name):
     edit_manifest(copy, lambda m: tensor(m, name).update(on_disk=True))
@@ -51,7 +51,7 @@ def test_a_resident_embedding_is_fine(copy):
         assert c.eval_status([3, 4, 5]) == ("OK", "")
 
 
-# ---- engine.md §4.3: transcendentals are the engine's own -------------------------------
+# ---- docs/ENGINE.md §4.3: transcendentals are the engine's own -------------------------------
 def test_the_library_imports_no_transcendentals_from_libm(shared_library):
     nm = shutil.which("nm")
     if nm is None:
@@ -77,11 +77,11 @@ def test_c_tests_pass(libwaste):
 
     proc = subprocess.run(["make", "-C", str(NATIVE), "test"], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    for name in ("test_api: ok", "test_sampling: ok", "test_numerics:", "data campaign: 1000 runs"):
+    for name in ("test_api: ok", "test_sampling: ok", "test_numerics:", "test_kernels: ok", "data campaign: 1000 runs"):
         assert name in proc.stdout, proc.stdout[-4000:]
 
 
-# ---- engine.md §1: invalid UTF-8 is E_ARG, through the binding --------------------------
+# ---- docs/ENGINE.md §1: invalid UTF-8 is E_ARG, through the binding --------------------------
 def test_invalid_utf8_is_refused_by_c_naming_the_byte(tiny_f32):
     """The C entry points refuse invalid bytes (the binding refuses lone surrogates before C,
     test_binding.py); valid text still round-trips."""
@@ -89,14 +89,14 @@ def test_invalid_utf8_is_refused_by_c_naming_the_byte(tiny_f32):
         for markup in (False, True):
             with pytest.raises(EngineError) as info:
                 c.tokenize(b"ab\xed\xa0\x80c", markup)     # a UTF-8-encoded surrogate at byte 2
-            assert info.value.status_name == "E_ARG" and "invalid UTF-8 at byte 2" in info.value.detail
+            assert info.value.code == "E_ARG" and "invalid UTF-8 at byte 2" in info.value.detail
         assert c.detokenize(c.tokenize("ok é".encode())) == "ok é".encode()
 
 
-# ---- engine.md §2 Pieces: a stop inside a character leaves the rest in the tail ---------
+# ---- docs/ENGINE.md §2 Pieces: a stop inside a character leaves the rest in the tail ---------
 def test_pieces_plus_tail_equal_detokenize_when_the_callback_stops(tiny_f32):
     from waste.adapters.native import NativeEngine, NativeOptions
-    from waste.domain.engine import SamplingParams
+    from waste.domain.ports import SamplingParams
 
     with NativeEngine.open(tiny_f32[1], NativeOptions(usage_path="", n_threads=1)) as engine:
         n_text = engine.n_base_vocab + 4            # tiny.SPECIALS: ids above have no text
@@ -104,12 +104,12 @@ def test_pieces_plus_tail_equal_detokenize_when_the_callback_stops(tiny_f32):
         for seed in range(120):
             events = []
 
-            def on_token(event):
+            def on_token(event, events=events):
                 events.append(event)
                 return event.piece == b"" and event.token < n_text   # bytes held back: stop here
 
             engine.reset()
-            result = engine.generate([5, 9, 11], SamplingParams(temperature=3.0, seed=seed, max_tokens=40),
+            result = engine.generate_ids([5, 9, 11], SamplingParams(temperature=3.0, seed=seed, max_tokens=40),
                                      on_token)
             ids = [e.token for e in events]
             if any(i >= n_text for i in ids):
@@ -179,13 +179,13 @@ def test_every_available_kernel_set_gives_identical_logits(kinds, kind):
 
 def test_binding_options_name_the_kernel_sets(tiny_f32):
     from waste.adapters.native import NativeEngine, NativeOptions
-    from waste.domain.engine import EngineError
+    from waste.domain.ports import EngineError
 
     for name in ("auto", "generic", "avx2", "avx512"):
         try:
             engine = NativeEngine.open(tiny_f32[1], NativeOptions(usage_path="", kernels=name))
         except EngineError as exc:
-            assert name in ("avx2", "avx512") and exc.status_name == "E_UNSUPPORTED" and name in exc.detail
+            assert name in ("avx2", "avx512") and exc.code == "E_UNSUPPORTED" and name in exc.detail
         else:
             engine.close()
     with pytest.raises(ValueError):
@@ -246,7 +246,7 @@ def test_int8_group_128_matches_transformers_on_its_dequantized_weights(torch_st
     assert (got.argmax(1) == ref.argmax(1)).all()
 
 
-# ---- engine.md §3: manifest validation -------------------------------------------------
+# ---- docs/ENGINE.md §3: manifest validation -------------------------------------------------
 def drop_banks_and_sparse(m):
     """Every layer dense (so no bank is needed): a manifest plan can read on its own."""
     m["config"]["mlp_layer_types"] = ["dense"] * m["config"]["num_hidden_layers"]
@@ -394,7 +394,7 @@ def test_json_numbers_and_details_ignore_the_host_locale(copy, tmp_path):
     assert out["bad"][0] == "E_FORMAT" and "format_version 1.5 is not supported" in out["bad"][1], out
 
 
-# ---- engine.md §3/§5: overflow-checked sizing ---------------------------------------------
+# ---- docs/ENGINE.md §3/§5: overflow-checked sizing ---------------------------------------------
 def test_a_floor_beyond_u64_is_refused_naming_the_sum(copy):
     """16,383 canonical [2^24, 2^24] f32 tensors (2^50 bytes each) make a trunk just under
     2^64 — resident bytes fit — and two MLA layers with kv_lora_rank 2^24 at ctx_tokens 2^24

@@ -1,4 +1,4 @@
-"""libwaste logits against transformers' KimiLinearForCausalLM (engine.md §7 oracle).
+"""libwaste logits against transformers' KimiLinearForCausalLM (docs/ENGINE.md §7 oracle).
 
 f32 containers must match to max-abs < 1e-3 at every prompt position and every decode step;
 bf16/int8 containers must agree on the argmax at >= 95% of positions within a stated

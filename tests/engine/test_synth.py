@@ -111,7 +111,7 @@ def test_same_seed_same_bytes_and_the_routing_bias_is_drawn(checkpoint, tmp_path
     assert files == sorted(p.name for p in (tmp_path / "again").iterdir())
     assert all((checkpoint / f).read_bytes() == (tmp_path / "again" / f).read_bytes() for f in files)
     bias = again.load(BIAS)
-    assert bias.shape == (6,) and bias.std() > 0.1  # skewed routing (engine.md §8)
+    assert bias.shape == (6,) and bias.std() > 0.1  # skewed routing (docs/ENGINE.md §8)
     assert not np.array_equal(bias, other.load(BIAS))
 
 

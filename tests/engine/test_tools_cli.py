@@ -101,7 +101,8 @@ def test_same_seed_is_byte_identical_and_another_differs(made):
     (["--top-k", "9"], 2, ["--top-k 9 exceeds --experts 8"]),
     (["--layout", "KKX"], 2, ["--layout 'KKX' must be 4 letters K (KDA) or M (MLA)"]),
     (["--chat-json", "llama"], 2, ["argument --chat-json: invalid choice: 'llama'"]),
-    (["--dtype", "int4"], 2, ["argument --dtype: invalid choice: 'int4'"]),
+    (["--dtype", "mxfp4"], 2, ["argument --dtype: invalid choice: 'mxfp4'"]),
+    (["--dtype", "int4", "--hidden", "48"], 1, ["--dtype int4: tensor", "48 columns, not a multiple of the group 32"]),
     (["--seed", "-1"], 2, ["--seed must be a non-negative integer, got -1"]),
     (["--shared", "-1"], 2, ["shared"]),
     (["--dtype", "int8", "--hidden", "48"], 1, ["--dtype int8: tensor", "48 columns, not a multiple of the group 32"]),
@@ -140,7 +141,7 @@ def test_convert_cli_writes_the_same_container_as_the_api(tiny_hf, tiny_f32, tmp
 @pytest.mark.parametrize("flags,needle", [
     (["--group", "64"], "argument --group: invalid choice: 64"),
     (["--dtype", "f32", "--trunk", "bf16"], "--dtype sets both --trunk and --experts"),
-    (["--dtype", "int4"], "argument --dtype: invalid choice: 'int4'"),
+    (["--dtype", "mxfp4"], "argument --dtype: invalid choice: 'mxfp4'"),
     (["--experts", "fp8"], "argument --experts: invalid choice: 'fp8'"),
 ])
 def test_convert_refuses_bad_flags_by_name(tiny_hf, tmp_path, flags, needle):

@@ -2,7 +2,7 @@
 
 Weights are re-drawn larger than the default init (so logits have a spread of ~1 and the
 comparison is meaningful) and ``e_score_correction_bias`` is random, so selection differs
-from weighting (engine.md §7).
+from weighting (docs/ENGINE.md §7).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ BASE = dict(
     pad_token_id=0, bos_token_id=1, eos_token_id=2,
 )
 
-# engine.md §7 tiny config.
+# docs/ENGINE.md §7 tiny config.
 CONFIG_A = dict(BASE, num_hidden_layers=4,
                 layer_types=["linear_attention"] * 3 + ["full_attention"],
                 mlp_layer_types=["dense"] + ["sparse"] * 3)

@@ -1,77 +1,61 @@
-"""Dependencies point inward: waste.domain imports only the stdlib, attrs and itself."""
+"""Dependencies point inward, and the rules that say so are proven to catch a violation.
+
+domain <- ports <- service <- adapters <- app: the domain imports only the stdlib, attrs and
+itself; the service only those, trio and the domain; no adapter imports another adapter; only
+the composition root (and the tools' entry points) import adapters; no import cycles anywhere
+under src/waste. Each rule also runs on a planted tree in tmp_path, which it must refuse.
+"""
 
 from __future__ import annotations
 
-import ast
 import subprocess
 import sys
 from pathlib import Path
 
+from tests.unit.architecture import (adapter_cross_imports, adapter_importers,
+                                     domain_outward_imports, import_cycles, imported_modules,
+                                     module_name, service_outward_imports)
+
 SRC = Path(__file__).resolve().parents[2] / "src"
 DOMAIN = SRC / "waste" / "domain"
 FORBIDDEN = ("trio", "quart", "quart_trio", "hypercorn", "cffi", "waste.adapters", "waste.app",
-             "httpx", "PIL")
-THIRD_PARTY_ALLOWED = ("attrs", "attr")
-DYNAMIC_IMPORTS = ("__import__", "import_module")
+             "waste.service", "httpx", "PIL")
 
 
-def module_name(path: Path, src: Path) -> str:
-    parts = list(path.relative_to(src).with_suffix("").parts)
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+def planted(tmp_path: Path, files: dict[str, str]) -> Path:
+    """A tiny source tree under ``tmp_path``: ``{"waste/x/y.py": "source"}``."""
+    for name, text in files.items():
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return tmp_path
 
 
-def _from_base(node: ast.ImportFrom, package: str) -> str:
-    """The absolute module a ``from`` import names, its dots resolved against ``package``."""
-    if node.level == 0:
-        return node.module or ""
-    parts = package.split(".")
-    if node.level - 1 >= len(parts):
-        return f"<{'.' * node.level} beyond the top-level package>"
-    base = ".".join(parts[:len(parts) - (node.level - 1)])
-    return f"{base}.{node.module}" if node.module else base
-
-
-def imported_modules(path: Path, src: Path) -> set[str]:
-    """Every module the file imports, at any depth (functions, classes, conditionals).
-
-    ``from X import Y`` counts both X and X.Y, since Y may be a submodule
-    (``from waste import adapters``); ``__import__``/``importlib.import_module`` with a
-    literal name count too.
-    """
-    module = module_name(path, src)
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    names = set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = _from_base(node, package)
-            names.add(base)
-            names.update(f"{base}.{alias.name}" for alias in node.names if alias.name != "*")
-        elif (isinstance(node, ast.Call) and node.args
-              and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
-              and getattr(node.func, "id", getattr(node.func, "attr", None)) in DYNAMIC_IMPORTS):
-            names.add(node.args[0].value)
-    return names
-
-
-def allowed(name: str) -> bool:
-    top = name.split(".")[0]
-    return (top in sys.stdlib_module_names or top in THIRD_PARTY_ALLOWED or name == "waste"
-            or name == "waste.domain" or name.startswith("waste.domain."))
-
-
-def outward_imports(src: Path) -> list[str]:
-    """``file: module`` for each import under src/waste/domain that leaves stdlib+attrs+domain."""
-    domain = src / "waste" / "domain"
-    return sorted(f"{path.relative_to(domain)}: {name}"
-                  for path in domain.rglob("*.py")
-                  for name in imported_modules(path, src) if not allowed(name))
-
+# -- the real tree ------------------------------------------------------------------------------
 
 def test_domain_sources_import_nothing_outward():
     assert len(list(DOMAIN.rglob("*.py"))) > 5
-    assert outward_imports(SRC) == []
+    assert domain_outward_imports(SRC) == []
+
+
+def test_the_service_depends_on_the_ports_only():
+    assert list((SRC / "waste" / "service").rglob("*.py"))
+    assert service_outward_imports(SRC) == []
+
+
+def test_no_adapter_imports_another_adapter():
+    assert adapter_cross_imports(SRC) == []
+
+
+def test_only_the_composition_root_imports_adapters():
+    assert adapter_importers(SRC) == []
+
+
+def test_no_import_cycles_under_src_waste():
+    assert import_cycles(SRC) == []
+
+
+# -- each rule refuses a planted violation --------------------------------------------------------
 
 
 def test_the_check_catches_relative_nested_and_dynamic_imports(tmp_path):
@@ -92,17 +76,74 @@ def test_the_check_catches_relative_nested_and_dynamic_imports(tmp_path):
         "    def m(self):\n"
         "        return importlib.import_module('cffi')\n"
         "from .... import beyond\n")
-    assert outward_imports(tmp_path) == [
-        "inner/__init__.py: waste.app",
-        "inner/bad.py: <.... beyond the top-level package>",
-        "inner/bad.py: <.... beyond the top-level package>.beyond",
-        "inner/bad.py: cffi",
-        "inner/bad.py: trio",
-        "inner/bad.py: waste.adapters",
-        "inner/bad.py: waste.adapters.fake",
-        "inner/bad.py: waste.app.settings",
-        "inner/bad.py: waste.app.settings.Settings",
+    assert domain_outward_imports(tmp_path) == [
+        "waste.domain.inner.bad: <.... beyond the top-level package>",
+        "waste.domain.inner.bad: <.... beyond the top-level package>.beyond",
+        "waste.domain.inner.bad: cffi",
+        "waste.domain.inner.bad: trio",
+        "waste.domain.inner.bad: waste.adapters",
+        "waste.domain.inner.bad: waste.adapters.fake",
+        "waste.domain.inner.bad: waste.app.settings",
+        "waste.domain.inner.bad: waste.app.settings.Settings",
+        "waste.domain.inner: waste.app",
     ]
+
+
+def test_the_service_rule_refuses_an_adapter_or_quart(tmp_path):
+    src = planted(tmp_path, {
+        "waste/service/__init__.py": "import trio\nfrom waste.domain.ports import Engine\n",
+        "waste/service/bad.py": "from quart import request\n"
+                                "def later():\n    from waste.adapters.fake import FakeEngine\n",
+    })
+    assert service_outward_imports(src) == [
+        "waste.service.bad: quart", "waste.service.bad: quart.request",
+        "waste.service.bad: waste.adapters.fake", "waste.service.bad: waste.adapters.fake.FakeEngine"]
+
+
+def test_the_adapter_rule_refuses_one_adapter_importing_another(tmp_path):
+    src = planted(tmp_path, {
+        "waste/adapters/__init__.py": "",
+        "waste/adapters/images.py": "from waste.domain.ports import PromptImage\n",
+        "waste/adapters/http/__init__.py": "",
+        "waste/adapters/http/routes.py": "from waste.adapters.http import state\n"
+                                         "from waste.adapters import images\n",
+        "waste/adapters/fake/engine.py": "from ..http.routes import register\n",
+    })
+    assert adapter_cross_imports(src) == [
+        "waste.adapters.fake.engine: waste.adapters.http.routes",
+        "waste.adapters.fake.engine: waste.adapters.http.routes.register",
+        "waste.adapters.http.routes: waste.adapters.images",
+    ]
+
+
+def test_the_composition_rule_refuses_adapters_outside_app(tmp_path):
+    src = planted(tmp_path, {
+        "waste/app/factory.py": "from waste.adapters.fake import FakeEngine\n",
+        "waste/tools/eval.py": "from waste.adapters.native import NativeEngine\n",
+        "waste/adapters/fake/engine.py": "from waste.adapters.fake.script import FakeScript\n",
+        "waste/service/generation.py": "from waste.adapters.fake import FakeEngine\n",
+        "waste/domain/ports.py": "import importlib\nimportlib.import_module('waste.adapters.native')\n",
+    })
+    assert adapter_importers(src) == [
+        "waste.domain.ports: waste.adapters.native",
+        "waste.service.generation: waste.adapters.fake",
+        "waste.service.generation: waste.adapters.fake.FakeEngine",
+    ]
+
+
+def test_the_cycle_rule_finds_direct_indirect_and_lazy_cycles(tmp_path):
+    src = planted(tmp_path, {
+        "waste/__init__.py": "",
+        "waste/a.py": "from waste import b\n",
+        "waste/b.py": "from waste.c import thing\n",
+        "waste/c.py": "def later():\n    import waste.a\n",
+        "waste/d.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .e import E\n",
+        "waste/e.py": "from waste.d import D\n",
+        "waste/f.py": "from waste import a, d\n",
+        "waste/pkg/__init__.py": "from waste.pkg.leaf import x\n",
+        "waste/pkg/leaf.py": "x = 1\n",  # a package importing its own leaf is no cycle
+    })
+    assert import_cycles(src) == ["waste.a <-> waste.b <-> waste.c", "waste.d <-> waste.e"]
 
 
 def test_relative_imports_resolve_against_the_package(tmp_path):
@@ -126,8 +167,8 @@ def test_importing_the_whole_domain_loads_no_outer_layer():
 
 # Records of marker ids, built positionally in marker order (``XtmlMarkerIds(*ids)``): the
 # field order is their contract, so they stay positional.
-POSITIONAL_BY_DESIGN = {"waste.domain.regions.XtmlMarkerIds",
-                        "waste.domain.kimitools.ToolMarkerIds"}
+POSITIONAL_BY_DESIGN = {"waste.domain.xtml.markers.XtmlMarkerIds",
+                        "waste.domain.chatjson.k2tools.ToolMarkerIds"}
 
 
 def test_attrs_classes_past_three_fields_are_keyword_only():

@@ -1,5 +1,5 @@
 """The chat.json path: the shipped examples, every refusal by name, rendering, the capability
-checks of http.md §2.5, the reply reader fed token by token, and the XTML/chat.json choice.
+checks of docs/HTTP.md §2.5, the reply reader fed token by token, and the XTML/chat.json choice.
 
 The vocabulary is a fake: a text token is one code point (id = the code point, as in the fake
 engine), and specials are ids from 0x110000 up, matched longest first by the markup tokenizer.
@@ -13,9 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from waste.domain import chatfmt
+from waste.domain.chatjson import load as chatfmt
+from waste.domain.chatjson.format import ChatJsonFormat
+from waste.domain.format_choice import select_chat_format
+from waste.domain.xtml.format import XtmlFormat
+from waste.domain.xtml.markers import XtmlMarkerIds
 from waste.domain.errors import ChatFormatError, KimiToolError
-from waste.domain.replies import Delta, ToolCall
+from waste.domain.reply.events import Delta, ToolCall
 from waste.domain.segments import Segment
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -69,7 +73,7 @@ class FakeVocabulary:
         return self.texts[token_id].encode() if token_id >= self.N_BASE else chr(token_id).encode()
 
 
-def kimi(k2_tools: bool = True) -> chatfmt.ChatFormat:
+def kimi(k2_tools: bool = True) -> ChatJsonFormat:
     return chatfmt.load_chat_format(KIMI_LINEAR, FakeVocabulary(K2_SPECIALS if k2_tools
                                                                 else ["[EOS]", *KIMI_TURN]))
 
@@ -77,7 +81,7 @@ def kimi(k2_tools: bool = True) -> chatfmt.ChatFormat:
 GLM_VOCAB = FakeVocabulary(GLM_SPECIALS)
 
 
-def glm(**changes) -> chatfmt.ChatFormat:
+def glm(**changes) -> ChatJsonFormat:
     return chatfmt.load_chat_format({**GLM, **changes}, GLM_VOCAB,
                                     image_placeholder_id=GLM_VOCAB.ids["<|image|>"])
 
@@ -349,7 +353,7 @@ def check(fmt, **asked):
                    thinking_param="chat_template_kwargs.thinking",
                    effort_param="reasoning_effort", image_param="messages[0].content[1]")
     request.update(asked)
-    fmt.check_request(**request)
+    fmt.check_fields(**request)
 
 
 NO_CHANNEL = kimi()
@@ -534,7 +538,7 @@ class TestReplyReader:
     def test_tool_markers_are_text_free_but_ignored_without_the_protocol(self):
         vocab = FakeVocabulary(K2_SPECIALS)
         fmt = chatfmt.load_chat_format(KIMI_LINEAR, vocab)
-        no_tools = chatfmt.ChatFormat(**{**{a.name: getattr(fmt, a.name) for a in
+        no_tools = ChatJsonFormat(**{**{a.name: getattr(fmt, a.name) for a in
                                             fmt.__attrs_attrs__}, "tool_marker_ids": None})
         reader = no_tools.reply_reader(thinking=False)
         ids = vocab.tokenize_markup("a<|tool_call_begin|>b<|im_end|>c")
@@ -545,15 +549,14 @@ class TestReplyReader:
 class TestSelection:
     def test_xtml_wins(self):
         vocab = FakeVocabulary([*XTML_SPECIALS, *K2_SPECIALS])
-        selection = chatfmt.select_chat_format(vocab, json.dumps(KIMI_LINEAR))
-        assert selection.kind == "xtml" and selection.error is None
-        assert selection.xtml_marker_ids == tuple(vocab.ids[m] for m in XTML_SPECIALS)
-        assert selection.chat_format is None
+        selection = select_chat_format(vocab, json.dumps(KIMI_LINEAR))
+        assert selection.name == "xtml" and selection.error is None
+        assert selection == XtmlFormat(
+            marker_ids=XtmlMarkerIds(*(vocab.ids[m] for m in XTML_SPECIALS)))
 
     def test_chat_json_when_xtml_is_missing(self):
-        selection = chatfmt.select_chat_format(FakeVocabulary(K2_SPECIALS),
-                                               json.dumps(KIMI_LINEAR))
-        assert selection.kind == "chat.json" and selection.chat_format == kimi()
+        selection = select_chat_format(FakeVocabulary(K2_SPECIALS), json.dumps(KIMI_LINEAR))
+        assert selection.name == "chat.json" and selection == kimi()
 
     @pytest.mark.parametrize("chat_json, reason", [
         (None, "no chat.json"),
@@ -562,8 +565,8 @@ class TestSelection:
     ])
     def test_neither_names_both_reasons(self, chat_json, reason):
         vocab = FakeVocabulary(["<|open|>", "<|close|>", *K2_SPECIALS])
-        selection = chatfmt.select_chat_format(vocab, chat_json)
-        assert selection.kind is None and selection.chat_format is None
+        selection = select_chat_format(vocab, chat_json)
+        assert selection.name is None
         assert "<|sep|>, <|end_of_msg|>" in selection.error
         assert "<|open|>," not in selection.error  # only the missing ones are named
         assert reason in selection.error
@@ -578,7 +581,7 @@ def _upstream_template() -> str:
 
 @pytest.mark.skipif(not os.environ.get("K2_DIR"),
                     reason="K2_DIR does not name a Kimi K2 release directory, so the K2 grammar "
-                           "is checked only against chatjson.md")
+                           "is checked only against docs/CHATJSON.md")
 class TestAgainstUpstream:
     """Our Kimi-Linear render with K2 tools, concatenated, equals K2's own template."""
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from waste.domain.regions import RegionParser
+from waste.domain.xtml.reply import RegionParser
 from waste.tools import demo_data
 from waste.tools.demo_domain import prompt_segments, reply_segments
 

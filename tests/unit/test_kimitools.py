@@ -1,6 +1,6 @@
 """The Kimi K2 tool protocol: declaration, calls, results, id rewriting, and reading calls back.
 
-The grammar comes from chatjson.md; test_chatfmt.TestAgainstUpstream checks the whole render
+The grammar comes from docs/CHATJSON.md; test_chatfmt.TestAgainstUpstream checks the whole render
 against K2's own chat_template.jinja when ``K2_DIR`` names a release directory.
 """
 
@@ -12,12 +12,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from waste.domain import kimitools as kt
+from waste.domain.chatjson import k2tools as kt
 from waste.domain.errors import KimiToolError
-from waste.domain.replies import ToolCall
+from waste.domain.reply.events import ToolCall
 from waste.domain.segments import Segment
 
-# Kimi's own ids for the five markers (chatjson.md), so a test reads like a real reply.
+# Kimi's own ids for the five markers (docs/CHATJSON.md), so a test reads like a real reply.
 MARKER_IDS = kt.ToolMarkerIds(163595, 163596, 163597, 163598, 163599)
 MARKER_ID_BY_TEXT = dict(zip(kt.TOOL_MARKERS, [163595, 163596, 163597, 163598, 163599]))
 
@@ -61,7 +61,7 @@ class TestArguments:
         ('{"city": "Paris"}', '{"city": "Paris"}'),  # a string is carried verbatim
         ({"city": "Zürich", "days": 3}, '{"city":"Zürich","days":3}'),  # an object, compact
         (None, "{}"),
-        ("not json at all", "not json at all"),  # unparseable renders raw (http.md §2.3)
+        ("not json at all", "not json at all"),  # unparseable renders raw (docs/HTTP.md §2.3)
         ('{"x": NaN}', '{"x": NaN}'),  # NaN is not JSON: unparseable, raw
     ])
     def test_rendered_text(self, arguments, text):

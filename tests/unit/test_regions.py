@@ -1,4 +1,4 @@
-"""The K3 reply parser (xtml.md §6): the worked example, malformed output, chunking, round trips.
+"""The K3 reply parser (docs/XTML.md §6): the worked example, malformed output, chunking, round trips.
 
 Hand-written renders use the spec's notation (⟦o⟧ ⟦s⟧ ⟦c⟧ ⟦e⟧ markup, ``·`` between plain
 segments) so they are checked against the document, not against our renderer. The round trip
@@ -15,12 +15,12 @@ import pytest
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
-from waste.domain.regions import RegionParser, XtmlMarkerIds
-from waste.domain.replies import Delta
+from waste.domain.xtml.reply import RegionParser, XtmlMarkerIds
+from waste.domain.reply.events import Delta
 from waste.domain.segments import Segment
-from waste.domain.xtml import render_segments
+from waste.domain.xtml.render import render_segments
 
-# K3's ids (xtml.md §1); the parser only needs them to be the marker ids it was given.
+# K3's ids (docs/XTML.md §1); the parser only needs them to be the marker ids it was given.
 IDS = XtmlMarkerIds(open=163587, sep=163589, close=163588, end_of_msg=163586)
 MARKER_TEXT = {"o": "<|open|>", "s": "<|sep|>", "c": "<|close|>", "e": "<|end_of_msg|>"}
 ID_OF = {"<|open|>": IDS.open, "<|sep|>": IDS.sep, "<|close|>": IDS.close,
@@ -274,7 +274,7 @@ def test_attributes_unescape_quot_before_amp():
 
 
 def test_a_repeated_attribute_keeps_its_first_value():
-    # Unspecified by xtml.md; reading left to right, the first pair found is the one used.
+    # Unspecified by docs/XTML.md; reading left to right, the first pair found is the one used.
     message = parse_both('⟦o⟧call tool="a" tool="b"⟦s⟧⟦c⟧call⟦s⟧', thinking=False)
     assert message["tool_calls"][0]["function"]["name"] == "a"
 
@@ -423,7 +423,7 @@ def reply_of(message: dict, thinking: bool) -> list[Segment]:
 
 
 def expected_reading(message: dict, thinking: bool) -> dict:
-    """What the parser must give back, derived from xtml.md §3.5, not from the renderer."""
+    """What the parser must give back, derived from docs/XTML.md §3.5, not from the renderer."""
     reasoning = message.get("reasoning_content") or message.get("reasoning")
     if not thinking or reasoning is None or not str(reasoning).strip():
         reasoning = ""
@@ -481,7 +481,7 @@ E7 = {"role": "assistant", "content": "On it.", "tool_calls": [
 
 
 def test_e7_hand_written_render_reads_back():
-    # xtml.md §4 E7, exactly as the spec writes it: independent of our renderer.
+    # docs/XTML.md §4 E7, exactly as the spec writes it: independent of our renderer.
     reply = ("On it.⟦c⟧response⟦s⟧⟦o⟧tools⟦s⟧"
              '⟦o⟧call· tool·="·f·"· index·="·1·"⟦s⟧'
              '⟦o⟧argument· key·="·s·"· type·="·string·"⟦s⟧Oslo⟦c⟧argument⟦s⟧'

@@ -1,4 +1,4 @@
-"""Request validation (http.md §2, §5, §7 sources; xtml.md §5): one table row per rule.
+"""Request validation (docs/HTTP.md §2, §5, §7 sources; docs/XTML.md §5): one table row per rule.
 
 Each refusal row is body → (code, param, a substring of the message). Acceptance rows use bodies
 captured from the real openai client (through an httpx mock transport) and Open-WebUI-shaped
@@ -30,7 +30,7 @@ from waste.domain.requests import (
     parse_json_body,
     resolve_thinking,
 )
-from waste.domain.requests_json import MAX_NESTING, nesting_depth
+from waste.domain.requests.json_body import MAX_NESTING, nesting_depth
 
 USER = {"role": "user", "content": "hi"}
 TOOL_F = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
@@ -389,7 +389,7 @@ def test_openai_sdk_chat_body():
 
 
 def test_openai_sdk_checklist_bodies():
-    """http.md §10.2: `reasoning_effort="low"` and `extra_body={"thinking": False}` work (apart)."""
+    """docs/HTTP.md §10.2: `reasoning_effort="low"` and `extra_body={"thinking": False}` work (apart)."""
     low, off = capture_openai_bodies(lambda c: (
         _swallow(lambda: c.chat.completions.create(model="k3", messages=[USER], reasoning_effort="low")),
         c.chat.completions.create(model="k3", messages=[USER], extra_body={"thinking": False}),
@@ -608,7 +608,7 @@ def test_completion_accepted():
     assert parse_completion_request({"prompt": ["Once"], "logprobs": None, "echo": False, "suffix": None,
                                      "best_of": 1, "max_completion_tokens": "ignored here"}) == CompletionRequest(prompt="Once")
     assert parse_completion_request(prompt(seed=-1, top_k=5, temperature=0)).seed == 2**64 - 1
-    # stream_options is ignored unless streaming (http.md §2.2), whatever it holds.
+    # stream_options is ignored unless streaming (docs/HTTP.md §2.2), whatever it holds.
     assert parse_completion_request(prompt(stream_options={"include_usage": "yes"})) == CompletionRequest(prompt="Once upon")
 
 

@@ -1,10 +1,10 @@
-"""Stop strings over streamed content: held in whole tokens, never leaked (http.md §4.3)."""
+"""Stop strings over streamed content: held in whole tokens, never leaked (docs/HTTP.md §4.3)."""
 
 from __future__ import annotations
 
 from hypothesis import given, strategies as st
 
-from waste.domain.stopstrings import ContentPiece, StopStringFilter
+from waste.domain.reply.stop_strings import ContentPiece, StopStringFilter
 
 
 def run(tokens: list[str], stops: tuple[str, ...]) -> tuple[list[ContentPiece], StopStringFilter]:

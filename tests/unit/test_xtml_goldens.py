@@ -1,7 +1,7 @@
 """The K3 renderer against goldens produced by the release's own ``encoding_k3.py``.
 
 Every case is compared segment for segment (text and markup flag), and every refusal by
-upstream's exception class name and message text (xtml.md §1, §2).
+upstream's exception class name and message text (docs/XTML.md §1, §2).
 """
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 
 from waste.domain.errors import XTMLError
-from waste.domain.xtml import render_segments
+from waste.domain.xtml.render import render_segments
 
 FIXTURE = Path(__file__).parent / "fixtures" / "xtml_goldens.json"
 GOLDENS = json.loads(FIXTURE.read_text(encoding="utf-8"))
 RENDERED = [case for case in GOLDENS["cases"] if "segments" in case]
 REFUSED = [case for case in GOLDENS["cases"] if "error" in case]
 
-# xtml.md names the reference: moonshotai/Kimi-K3 at this revision, sha256 b9cb7ae1…6f5333.
+# docs/XTML.md names the reference: moonshotai/Kimi-K3 at this revision, sha256 b9cb7ae1…6f5333.
 UPSTREAM_REVISION = "9f62e4e9fffbd0a83ddd60e1c209d828994b3569"
 
 

@@ -1,4 +1,4 @@
-"""The K3 renderer's rules, written from the text of xtml.md §1–§4, not from its own output.
+"""The K3 renderer's rules, written from the text of docs/XTML.md §1–§4, not from its own output.
 
 The §4 worked examples are copied verbatim in the spec's ⟦⟧ notation and parsed into
 segment lists; the other tables cover rules the upstream goldens may not exercise.
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from waste.domain.errors import XTMLError
 from waste.domain.segments import Segment
-from waste.domain.xtml import (
+from waste.domain.xtml.render import (
     CLOSE,
     END_OF_MSG,
     MEDIA_PLACEHOLDER,

@@ -1,4 +1,4 @@
-"""Image sources to RGB8 pixels with Pillow, under http.md §7's policy.
+"""Image sources to RGB8 pixels with Pillow, under docs/HTTP.md §7's policy.
 
 Base64 data URLs only; http(s) is never fetched (that would let clients aim the server at
 addresses of their choosing); local paths only with --allow-local-images. Pixels stay in
@@ -12,11 +12,12 @@ import binascii
 import io
 import re
 import warnings
+from typing import Sequence
 
 from PIL import Image
 
-from waste.adapters.engine_host import DecodedImage
 from waste.domain.errors import InvalidRequest
+from waste.domain.ports import PromptImage
 from waste.domain.requests import ImagePart, image_kind, local_image_path
 
 MAX_IMAGES = 8
@@ -27,9 +28,10 @@ _DATA_URL = re.compile(r"^data:(?P<mime>[^,;]*)(?P<params>(?:;[^,;]*)*),(?P<data
                        re.DOTALL | re.IGNORECASE)
 
 
-def decode_images(parts: tuple[ImagePart, ...], *, vision: bool,
-                  allow_local: bool) -> list[DecodedImage]:
-    """Decode every image part, or raise InvalidRequest with the http.md §5 code and param."""
+def decode_images(parts: Sequence[ImagePart], *, vision: bool,
+                  allow_local: bool) -> list[PromptImage]:
+    """Decode every image part, or raise InvalidRequest with the docs/HTTP.md §5 code and
+    param. Implements the ``ImageDecoder`` port."""
     if not parts:
         return []
     if not vision:
@@ -41,7 +43,7 @@ def decode_images(parts: tuple[ImagePart, ...], *, vision: bool,
     return [_decode_one(part, allow_local) for part in parts]
 
 
-def _decode_one(part: ImagePart, allow_local: bool) -> DecodedImage:
+def _decode_one(part: ImagePart, allow_local: bool) -> PromptImage:
     kind = image_kind(part.url)
     if kind == "remote":
         raise InvalidRequest("remote image URLs are not fetched; send a base64 data: URL",
@@ -90,7 +92,7 @@ def _read_local(part: ImagePart) -> bytes:
     return raw
 
 
-def _pixels(raw: bytes, part: ImagePart) -> DecodedImage:
+def _pixels(raw: bytes, part: ImagePart) -> PromptImage:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
@@ -108,4 +110,4 @@ def _pixels(raw: bytes, part: ImagePart) -> DecodedImage:
     except Exception:  # Pillow raises many types for undecodable input
         raise InvalidRequest("the image could not be decoded (PNG, JPEG, WebP, GIF or BMP)",
                              part.param, "invalid_image") from None
-    return DecodedImage(rgb=rgb, width=width, height=height)
+    return PromptImage(rgb=rgb, width=width, height=height)

@@ -8,19 +8,21 @@ opens anything; the engine opens in the serving lifecycle.
 
 from __future__ import annotations
 
-from waste.app.factory import app_from_environment, create_app, engine_loader
+from typing import Any
+
+from waste.app.factory import app_from_environment, create_app, engine_opener
 from waste.app.settings import Settings, load_settings
 
-__all__ = ["create_app", "engine_loader", "Settings", "load_settings", "app"]
+__all__ = ["create_app", "engine_opener", "Settings", "load_settings", "app"]
 
 
 class _AppFromEnvironment:
     """ASGI entry point configured from ``WASTE_*`` variables, built on first use."""
 
     def __init__(self) -> None:
-        self._app = None
+        self._app: Any = None
 
-    async def __call__(self, scope, receive, send) -> None:
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if self._app is None:
             self._app = app_from_environment()
         await self._app(scope, receive, send)

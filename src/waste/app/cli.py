@@ -13,16 +13,16 @@ import os
 import signal
 import socket
 import sys
-from typing import Sequence
+from typing import Any, Sequence
 
 import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve
 
 import waste
-from waste.adapters.engine_host import EngineHost
-from waste.app.factory import create_app, engine_loader
+from waste.app.factory import create_app, engine_opener
 from waste.app.settings import Settings, UsageError, load_settings
+from waste.service import GenerationService
 
 log = logging.getLogger("waste")
 _LOOPBACK = ("127.0.0.1", "::1", "localhost")
@@ -63,14 +63,24 @@ def _print_plan(settings: Settings) -> int:
         print("waste: --plan needs MODEL", file=sys.stderr)
         return 2
     from waste.adapters.native import plan_memory  # needs libwaste built (see above)
+    from waste.tools.plan_config import cold_token_lines, plan_anyway, plannable
 
+    refused = None
     try:
-        plan = plan_memory(settings.model, settings)
+        # A config.json (or a checkpoint directory without weights) is planned as the
+        # container its conversion would write, on any machine (waste.tools.plan_config).
+        with plannable(settings.model) as (path, manifest):
+            if manifest is None:
+                plan = plan_memory(path, settings)
+            else:
+                plan, refused = plan_anyway(path, settings)
     except Exception as exc:
         print(f"waste: plan refused: {exc}", file=sys.stderr)
         return 1
-    for key, value in plan.items():
+    for key, value in [*plan.items(), *cold_token_lines(plan, manifest, 7.0)]:
         print(f"{key:>20}: {value}")
+    if refused:
+        print(f"{'this_machine':>20}: does not fit ({refused})")
     return 0
 
 
@@ -103,12 +113,12 @@ def _hypercorn_config(sock: socket.socket, settings: Settings) -> Config:
 
 async def _serve(settings: Settings) -> int:
     try:
-        loader = engine_loader(settings)
+        opener = engine_opener(settings)
     except Exception as exc:
         print(f"waste: {exc}", file=sys.stderr)
         return 2
-    app = create_app(loader, settings)
-    host = app.extensions["waste"].host
+    app = create_app(opener, settings)
+    service = app.extensions["waste"].service
     sock = _bind(settings)
     port = sock.getsockname()[1]
     if settings.host not in _LOOPBACK and not settings.api_key:
@@ -117,8 +127,8 @@ async def _serve(settings: Settings) -> int:
     stop = trio.Event()
     load_failed = trio.Event()
     async with trio.open_nursery() as nursery:
-        await nursery.start(_handle_signals, host, stop)
-        nursery.start_soon(_stop_on_load_failure, host, stop, load_failed)
+        await nursery.start(_handle_signals, service, stop)
+        nursery.start_soon(_stop_on_load_failure, service, stop, load_failed)
         shown = settings.host if ":" not in settings.host else f"[{settings.host}]"
         print(_banner(f"http://{shown}:{port}", settings), flush=True)
         await serve(app, _hypercorn_config(sock, settings), shutdown_trigger=stop.wait)
@@ -136,28 +146,28 @@ def _banner(url: str, settings: Settings) -> str:
             f"  Open-WebUI: connection URL {url}/v1 (Settings > Connections > OpenAI API)")
 
 
-async def _handle_signals(host: EngineHost, stop: trio.Event, *,
-                          task_status=trio.TASK_STATUS_IGNORED) -> None:
-    """The first SIGINT/SIGTERM starts the shutdown of http.md §6; a second exits 1 at once."""
+async def _handle_signals(service: GenerationService, stop: trio.Event, *,
+                          task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    """The first SIGINT/SIGTERM starts the shutdown of docs/HTTP.md §6; a second exits 1 at once."""
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         task_status.started()
         async for _ in signals:
             if stop.is_set():
                 print("waste: second signal: exiting now", file=sys.stderr, flush=True)
                 os._exit(1)
-            if host.ready.is_set():
+            if service.ready.is_set():
                 log.info("shutting down: no new connections; the running generation gets "
-                         "%.0f s", host.shutdown_grace_s)
+                         "%.0f s", service.shutdown_grace_s)
             else:
                 log.warning("shutting down once the engine has finished loading (a load "
                             "cannot be interrupted); a second signal exits at once")
-            host.request_shutdown()
+            service.request_shutdown()
             stop.set()  # hypercorn closes the listener now (step 1)
 
 
-async def _stop_on_load_failure(host: EngineHost, stop: trio.Event,
+async def _stop_on_load_failure(service: GenerationService, stop: trio.Event,
                                 load_failed: trio.Event) -> None:
-    await host.ready.wait()
-    if host.load_error is not None:
+    await service.ready.wait()
+    if service.load_error is not None:
         load_failed.set()
         stop.set()

@@ -1,76 +1,85 @@
-"""The composition root: build an app from an engine (or an engine loader) and settings.
+"""The composition root: build an app from an engine (or an engine opener) and settings.
 
-This is the only place adapters are chosen. Nothing opens at import: the engine loads in
-the serving lifecycle, in the background, while /health answers 503 "loading".
+This is the only place adapters are chosen: the engine (fake or native), the image decoder,
+the HTTP adapter. Nothing opens at import: the engine loads in the serving lifecycle, in the
+background, while /health answers 503 "loading".
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from typing import Any
+from typing import Any, AsyncIterator
 
 import trio
 from quart_trio import QuartTrio
 
-from waste.adapters.engine_host import EngineHost, EngineLoader
-from waste.adapters.fake import FakeEngine
-from waste.adapters.fake_script import load_script
+from waste.adapters.fake import load_script, open_fake_engine
 from waste.adapters.http.config import HttpConfig
 from waste.adapters.http.routes import register
 from waste.adapters.http.state import ServerState
+from waste.adapters.images import decode_images
 from waste.app import hypercorn_fix
 from waste.app.settings import Settings, load_settings
+from waste.domain.ports import Engine, Tokenizer
+from waste.service import EngineOpener, GenerationService
 
 log = logging.getLogger("waste")
 hypercorn_fix.apply()
 
 
-def engine_loader(settings: Settings) -> EngineLoader:
-    """The loader ``settings`` asks for: the scripted fake, or libwaste on a container."""
+def engine_opener(settings: Settings) -> EngineOpener:
+    """The opener ``settings`` asks for: the scripted fake, or libwaste on a container."""
     if settings.fake_engine is not None:
         script = load_script(settings.fake_engine)  # a bad script fails at startup
+        return lambda: open_fake_engine(script, ctx_tokens=settings.ctx, vision=settings.vision)
 
-        def open_fake():
-            engine = FakeEngine(script, ctx_tokens=settings.ctx, vision=settings.vision)
-            return engine, engine
+    model = settings.model
+    if model is None:
+        raise ValueError("MODEL is required (a container directory), or pass --fake-engine")
 
-        return open_fake
-
-    def open_native():
+    def open_native() -> contextlib.AbstractAsyncContextManager[tuple[Engine, Tokenizer]]:
         # Imported here, not at the top: the cffi extension exists only once libwaste is
         # built, and the fake engine must serve without it.
-        from waste.adapters.native import open_native
+        from waste.adapters.native import open_native_engine
 
-        return open_native(settings.model, settings)
+        return open_native_engine(model, settings)
 
     return open_native
+
+
+@contextlib.asynccontextmanager
+async def _already_open(engine: Any) -> AsyncIterator[tuple[Engine, Tokenizer]]:
+    # An engine the caller opened (and will close); it is its own tokenizer.
+    yield engine, engine
 
 
 def create_app(engine: Any, settings: Settings) -> QuartTrio:
     """An ASGI app serving ``engine``.
 
     Args:
-        engine: an opened Engine (its tokenizer is the engine itself, as for FakeEngine), or
-            a zero-argument loader returning ``(engine, tokenizer)``, run in a worker thread
-            when serving starts.
+        engine: an open Engine that is also its own Tokenizer (as ``FakeEngine`` is; the
+            caller keeps owning it), or an ``EngineOpener``: a zero-argument callable
+            returning an async context manager that opens ``(engine, tokenizer)`` when
+            serving starts and closes them when it ends.
         settings: the server's settings.
     """
     if hasattr(engine, "generate"):
         opened = engine
-        loader: EngineLoader = lambda: (opened, opened)  # noqa: E731
+        opener: EngineOpener = lambda: _already_open(opened)  # noqa: E731
     else:
-        loader = engine
+        opener = engine
     config = HttpConfig(
         model_id=settings.served_model_id, api_key=settings.api_key,
         max_tokens=settings.max_tokens, thinking_default=settings.thinking,
         allow_local_images=settings.allow_local_images, vision=settings.vision,
         cors_origins=settings.cors_origins, fake_engine=settings.fake_engine is not None,
         keepalive_s=settings.keepalive_s, body_timeout_s=settings.body_timeout_s)
-    host = EngineHost(loader=loader, max_queue=settings.max_queue,
-                      shutdown_grace_s=settings.shutdown_grace_s)
-    state = ServerState(config=config, host=host)
-    host.on_open = state.resolve_chat_format
+    service = GenerationService(opener=opener, max_queue=settings.max_queue,
+                                shutdown_grace_s=settings.shutdown_grace_s)
+    state = ServerState(config=config, service=service, decode_images=decode_images)
+    service.on_open = state.resolve_chat_format
     app = QuartTrio("waste")
     app.config["RESPONSE_TIMEOUT"] = None  # long generations must not be cut at 60 s
     app.config["MAX_CONTENT_LENGTH"] = config.max_body_bytes
@@ -82,13 +91,13 @@ def create_app(engine: Any, settings: Settings) -> QuartTrio:
 
     @app.before_serving
     async def start_engine() -> None:
-        await app.nursery.start(host.run)
+        await app.nursery.start(service.run)
 
     @app.after_serving
     async def stop_engine() -> None:
         # Shielded: a load still in progress is waited for, past the lifecycle's deadline.
         with trio.CancelScope(shield=True):
-            await host.aclose()
+            await service.aclose()
 
     return app
 
@@ -99,4 +108,4 @@ def app_from_environment() -> QuartTrio:
     if not settings.api_key:
         log.warning("warning: no API key is set (WASTE_API_KEY); anyone who can reach the "
                     "bind address can use this server")
-    return create_app(engine_loader(settings), settings)
+    return create_app(engine_opener(settings), settings)

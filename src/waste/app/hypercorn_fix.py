@@ -1,7 +1,7 @@
 """A fix for hypercorn 0.18.0's trio worker: connections that should close stay open.
 
 hypercorn's ``TCPServer._close()`` runs in a task quart-trio has just cancelled, so the EOF
-is never sent (stack-notes.md pitfall 1): ``Connection: close``, HTTP/1.0 streams and early
+is never sent (docs/STACK.md pitfall 1): ``Connection: close``, HTTP/1.0 streams and early
 4xx answers then hang. Running it shielded sends the EOF. Applied once, when the app imports.
 """
 
@@ -26,4 +26,4 @@ def apply() -> None:
             await original(self)
 
     setattr(_close, _MARK, True)
-    TCPServer._close = _close
+    TCPServer._close = _close  # type: ignore[method-assign]  # the patch is the point

@@ -1,4 +1,4 @@
-"""Server settings: every flag of http.md §9, each also read from ``WASTE_<FLAG>``.
+"""Server settings: every flag of docs/HTTP.md §9, each also read from ``WASTE_<FLAG>``.
 
 Precedence: flag, then environment variable, then default. Bad values are a usage error
 (exit 2) naming the flag or variable, never a silent default.
@@ -44,7 +44,7 @@ class Settings:
     fake_engine: str | None = None
     plan: bool = False
     version: bool = False
-    # Fixed by http.md rather than flags; settings so tests can serve with short ones.
+    # Fixed by docs/HTTP.md rather than flags; settings so tests can serve with short ones.
     keepalive_s: float = 10.0  # §4.3: an SSE comment after this long with nothing written
     body_timeout_s: float = 60.0  # §5: a body incomplete after this long is 408
     shutdown_grace_s: float = 10.0  # §6: the running generation's time at shutdown

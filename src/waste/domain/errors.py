@@ -18,7 +18,7 @@ class DomainError(Exception):
 class InvalidRequest(DomainError):
     """A request body field is missing, mistyped, out of range or not implemented.
 
-    ``code`` is one of the OpenAI-style codes of http.md §2.1/§5 (``invalid_value``,
+    ``code`` is one of the OpenAI-style codes of docs/HTTP.md §2.1/§5 (``invalid_value``,
     ``invalid_type``, ``missing_required_parameter``, ``unsupported_value``, or an image code
     such as ``invalid_image``); ``param`` is the exact path, e.g. ``messages[0].content[1].text``.
     """

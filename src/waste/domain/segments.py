@@ -2,7 +2,7 @@
 
 A markup segment goes through the tokenizer that recognises special tokens; a plain one
 through the tokenizer that never does. Keeping them apart is what stops caller content
-from writing prompt structure (xtml.md §1).
+from writing prompt structure (docs/XTML.md §1).
 """
 
 from __future__ import annotations

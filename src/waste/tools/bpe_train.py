@@ -16,7 +16,7 @@ import unicodedata
 from collections import Counter, defaultdict
 from pathlib import Path
 
-# Kimi's pre-tokenizer pattern (engine.md §7): eight branches joined by "|".
+# Kimi's pre-tokenizer pattern (docs/ENGINE.md §7): eight branches joined by "|".
 KIMI_PAT = "|".join(
     [
         r"[\p{Han}]+",
@@ -133,9 +133,9 @@ def _class_mask(pat: str, i: int) -> tuple[int, int]:
             acc |= mask
             continue
         if c == "\\":
-            mask, j = _escape_mask(pat, i)
-            if mask is not None:
-                acc |= mask
+            escaped, j = _escape_mask(pat, i)
+            if escaped is not None:
+                acc |= escaped
                 i = j
                 continue
             lo = ord(_LITERAL_ESCAPES.get(pat[i + 1], pat[i + 1]))
@@ -197,8 +197,8 @@ def compile_pattern(pat: str) -> re.Pattern[str]:
             mask, i = _class_mask(pat, i)
             out.append(_mask_to_re(mask))
         elif c == "\\":
-            mask, j = _escape_mask(pat, i)
-            out.append(_mask_to_re(mask) if mask is not None else pat[i:j])
+            escaped, j = _escape_mask(pat, i)
+            out.append(_mask_to_re(escaped) if escaped is not None else pat[i:j])
             i = j
         else:
             out.append(c)

@@ -36,11 +36,62 @@ def row_bytes(fmt: str, group: int, cols: int) -> int:
         return 4 * cols
     if fmt == "bf16":
         return 2 * cols
-    if fmt == "int8":
+    if fmt in ("int8", "int4"):
         if group not in (32, 128) or cols % group:
-            raise ContainerError(f"int8 needs group 32 or 128 dividing cols={cols} (group {group})")
-        return cols // group * (2 + group)
+            raise ContainerError(f"{fmt} needs group 32 or 128 dividing cols={cols} (group {group})")
+        return cols // group * (2 + (group if fmt == "int8" else group // 2))
+    if fmt == "mxfp4":
+        if group != 32 or cols % 32:
+            raise ContainerError(f"mxfp4 needs group 32 dividing cols={cols} (group {group})")
+        return cols // 32 * 17
     raise ContainerError(f"format {fmt!r} cannot be written by this version")
+
+
+class Mxfp4Source:
+    """An MXFP4 matrix as compressed-tensors' ``mxfp4-pack-quantized`` stores it:
+    ``packed`` uint8 [rows, cols/2] (E2M1 nibbles, low nibble = even column, sign = bit 3)
+    and ``scale`` uint8 [rows, cols/32] (E8M0 exponents, 2^(e−127)). ``encode`` keeps these
+    bytes, only interleaving them per group (FORMAT.md §2 code 4)."""
+
+    def __init__(self, packed: np.ndarray, scale: np.ndarray, name: str = "matrix", scale_name: str = "") -> None:
+        packed, scale = np.ascontiguousarray(packed), np.ascontiguousarray(scale)
+        if packed.dtype != np.uint8 or scale.dtype != np.uint8 or packed.ndim != 2 or scale.ndim != 2:
+            raise ContainerError(f"{name}: mxfp4 needs uint8 packed [rows, cols/2] and uint8 scale [rows, cols/32]")
+        rows, half = packed.shape
+        if half % 16 or scale.shape != (rows, half // 16):
+            raise ContainerError(f"{name}: mxfp4 packed {list(packed.shape)} and scale {list(scale.shape)} do not "
+                                 "describe groups of 32 columns")
+        bad = np.argwhere(scale == 255)
+        if bad.size:
+            raise ContainerError(f"{scale_name or name}: mxfp4 scale byte 255 (NaN) at row {bad[0][0]} group "
+                                 f"{bad[0][1]}")
+        self.packed, self.scale, self.name = packed, scale, name
+        self.shape = (rows, half * 2)
+        self.ndim = 2
+
+    def encode(self) -> bytes:
+        """Per row and group: the E8M0 byte, then that group's 16 packed bytes as given."""
+        rows, cols = self.shape
+        out = np.empty((rows, cols // 32, 17), dtype=np.uint8)
+        out[..., 0] = self.scale
+        out[..., 1:] = self.packed.reshape(rows, cols // 32, 16)
+        return out.tobytes()
+
+    def dequantize(self) -> np.ndarray:
+        """The f32 values (exact: every E2M1 value times a power of two fits f32)."""
+        return mxfp4_values(self.packed, self.scale)
+
+
+E2M1 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0],
+                dtype=np.float32)
+
+
+def mxfp4_values(packed: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """Decodes compressed-tensors MXFP4 bytes (see ``Mxfp4Source``) to f32 [rows, cols]."""
+    rows = packed.shape[0]
+    nib = np.stack([packed & 15, packed >> 4], axis=-1).reshape(rows, -1)
+    s = np.ldexp(np.float32(1.0), scale.astype(np.int32) - 127).astype(np.float32)
+    return E2M1[nib] * np.repeat(s, 32, axis=1)
 
 
 def to_bf16_bits(a: np.ndarray) -> np.ndarray:
@@ -70,8 +121,32 @@ def quantize_int8(w: np.ndarray, group: int) -> np.ndarray:
     return blocks.reshape(rows, -1)
 
 
-def encode(a: np.ndarray, fmt: str, group: int) -> bytes:
-    """Encodes a 1-D or 2-D f32 array in ``fmt`` (rows along the first axis)."""
+def quantize_int4(w: np.ndarray, group: int) -> np.ndarray:
+    """[rows, cols] f32 → uint8 [rows, cols/group*(2+group/2)]: per group fp16 s = max|w|/7,
+    then q = round-half-even(w/s) clipped to [−8, 7], stored q+8, low nibble = even column."""
+    rows, cols = w.shape
+    if group not in (32, 128) or cols % group:
+        raise ContainerError(f"int4 group {group} must be 32 or 128 and divide cols={cols}")
+    g = w.astype(np.float32).reshape(rows, cols // group, group)
+    scale16 = (np.abs(g).max(axis=2) / np.float32(7.0)).astype(np.float16)
+    s = scale16.astype(np.float32)[..., None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = np.where(s > 0, np.rint(g / np.where(s > 0, s, 1)), 0)
+    u = (np.clip(q, -8, 7) + 8).astype(np.uint8)
+    packed = u[..., 0::2] | (u[..., 1::2] << 4)
+    blocks = np.concatenate([scale16[..., None].view(np.uint8).reshape(rows, cols // group, 2), packed], axis=2)
+    return blocks.reshape(rows, -1)
+
+
+def encode(a, fmt: str, group: int) -> bytes:
+    """Encodes a 1-D or 2-D f32 array in ``fmt`` (rows along the first axis); an
+    ``Mxfp4Source`` is written as ``mxfp4`` only, keeping its bytes."""
+    if isinstance(a, Mxfp4Source):
+        if fmt != "mxfp4" or group != 32:
+            raise ContainerError(f"{a.name}: an mxfp4 source is written as mxfp4 g32, not {fmt}")
+        return a.encode()
+    if fmt == "mxfp4":
+        raise ContainerError("mxfp4 is written from compressed-tensors bytes only (no quantizer)")
     a = np.ascontiguousarray(a, dtype=np.float32)
     if fmt == "f32":
         return a.astype("<f4").tobytes()
@@ -81,6 +156,10 @@ def encode(a: np.ndarray, fmt: str, group: int) -> bytes:
         if a.ndim != 2:
             raise ContainerError("int8 applies to matrices only")
         return quantize_int8(a, group).tobytes()
+    if fmt == "int4":
+        if a.ndim != 2:
+            raise ContainerError("int4 applies to matrices only")
+        return quantize_int4(a, group).tobytes()
     raise ContainerError(f"format {fmt!r} cannot be written by this version")
 
 
@@ -159,7 +238,7 @@ class ContainerWriter:
             raise ContainerError(f"tensor {name}: shape {array.shape} must be 1-D or 2-D")
         if fmt in ("f32", "bf16"):
             group = 0
-        if array.ndim == 1 and fmt == "int8":
+        if array.ndim == 1 and fmt not in ("f32", "bf16"):
             raise ContainerError(f"tensor {name}: vectors must be f32 or bf16")
         data = encode(array, fmt, group)
         off = self._trunk.tell()
@@ -174,7 +253,8 @@ class ContainerWriter:
 
     def add_bank(self, layer: int, experts: Iterable[Sequence[np.ndarray]], n_experts: int,
                  fmt: str, group: int = 0) -> None:
-        """Writes ``experts-L<layer>.bin`` from (gate [I,H], up [I,H], down [H,I]) per expert."""
+        """Writes ``experts-L<layer>.bin`` from (gate [I,H], up [I,H], down [H,I]) per expert
+        (f32 arrays, or ``Mxfp4Source`` matrices when ``fmt`` is mxfp4)."""
         if fmt in ("f32", "bf16"):
             group = 0
         path = self.tmp / f"experts-L{layer}.bin"

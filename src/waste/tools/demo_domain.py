@@ -10,24 +10,25 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from waste.domain.chatfmt import XTML_MARKERS, ChatFormatSelection
-from waste.domain.prompting import plan_chat
-from waste.domain.regions import RegionParser, XtmlMarkerIds
-from waste.domain.requests import parse_chat_request
+from waste.domain.requests.parse import parse_chat_request
 from waste.domain.segments import Segment
-from waste.domain.xtml import render_segments
+from waste.domain.xtml.format import XtmlFormat
+from waste.domain.xtml.markers import STRUCTURE as XTML_MARKERS
+from waste.domain.xtml.markers import XtmlMarkerIds
+from waste.domain.xtml.render import render_segments
+from waste.domain.xtml.reply import RegionParser
 
 __all__ = ["XTML_MARKERS", "Segment", "parse_reply", "plain_texts", "prompt_segments",
            "reply_segments"]
 
 # Rendering never looks at marker ids (only the reply reader does); these stand in for them.
-_RENDER_ONLY = ChatFormatSelection(kind="xtml", xtml_marker_ids=(-1, -2, -3, -4))
+_RENDER_ONLY = XtmlFormat(marker_ids=XtmlMarkerIds(-1, -2, -3, -4))
 
 
 def prompt_segments(body: dict) -> tuple[list[Segment], bool]:
     """The prompt the server renders for the chat request ``body`` and whether thinking is on
     (the server default: on, effort ``max`` unless the body says otherwise)."""
-    plan = plan_chat(parse_chat_request(body), _RENDER_ONLY, default_thinking=True)
+    plan = _RENDER_ONLY.plan(parse_chat_request(body), default_thinking=True)
     return list(plan.segments), plan.thinking
 
 

@@ -14,7 +14,7 @@ from typing import Sequence
 
 from waste.adapters.native import NativeEngine, NativeOptions
 from waste.adapters.native.options import KERNELS
-from waste.domain.engine import EngineError
+from waste.domain.ports import EngineError
 
 PROG = "python -m waste.tools.eval"
 

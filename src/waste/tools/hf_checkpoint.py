@@ -21,7 +21,10 @@ import numpy as np
 
 from waste.tools.hf_config import ConvertError, read_json
 
-_ST_DTYPES = {"F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "BF16": np.dtype("<u2")}
+_ST_DTYPES = {"F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "BF16": np.dtype("<u2"),
+              # Raw bytes: compressed-tensors' MXFP4 E2M1 nibbles and E8M0 scales (load_bytes).
+              "U8": np.dtype("u1"), "F8_E8M0": np.dtype("u1")}
+RAW_DTYPES = ("U8", "F8_E8M0")
 _MAX_HEADER = 100 << 20
 INDEX = "model.safetensors.index.json"
 
@@ -49,7 +52,7 @@ def _entry(path: Path, key: str, meta: Any, base: int, size: int) -> Entry:
         raise ConvertError(f"{where}: the header entry must be an object, got {meta!r}")
     dtype, shape, offsets = meta.get("dtype"), _shape(meta.get("shape")), meta.get("data_offsets")
     if dtype not in _ST_DTYPES:
-        raise ConvertError(f"{where}: dtype {dtype!r} is not supported (BF16, F16, F32)")
+        raise ConvertError(f"{where}: dtype {dtype!r} is not supported (BF16, F16, F32; U8/F8_E8M0 for MXFP4)")
     if shape is None:
         raise ConvertError(f"{where}: shape {meta.get('shape')!r} is not a list of non-negative integers")
     if (not isinstance(offsets, list) or len(offsets) != 2 or not all(_shape([o]) for o in offsets)
@@ -142,9 +145,28 @@ class SafeTensors:
         """The safetensors dtype of tensor ``name``: "F32", "F16" or "BF16"."""
         return self.entries[name].dtype
 
+    def _raw(self, name: str) -> bytes:
+        path, dtype, shape, begin, end = self.entries[name]
+        with open(path, "rb") as f:
+            f.seek(begin)
+            raw = f.read(end - begin)
+        if len(raw) != end - begin:
+            raise ConvertError(f"tensor {name} ({path.name}): short read ({len(raw)} of {end - begin} bytes)")
+        return raw
+
+    def load_bytes(self, name: str) -> np.ndarray:
+        """Reads a U8 / F8_E8M0 tensor as its uint8 bytes, unchanged (MXFP4 packing)."""
+        entry = self.entries[name]
+        if entry.dtype not in RAW_DTYPES:
+            raise ConvertError(f"tensor {name} ({entry.path.name}): dtype {entry.dtype}, expected U8 or F8_E8M0")
+        return np.frombuffer(self._raw(name), dtype=np.uint8).reshape(entry.shape)
+
     def load(self, name: str) -> np.ndarray:
         """Reads one tensor as float32 (its bytes were checked against the file at open)."""
         path, dtype, shape, begin, end = self.entries[name]
+        if dtype in RAW_DTYPES:
+            raise ConvertError(f"tensor {name} ({path.name}): dtype {dtype} where a float tensor (BF16, F16, F32) "
+                               "is expected")
         with open(path, "rb") as f:
             f.seek(begin)
             raw = f.read(end - begin)

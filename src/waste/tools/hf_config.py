@@ -14,8 +14,11 @@ from typing import Any
 
 from waste.tools.container import ContainerError
 
-K3_KEYS = ("routed_expert_hidden_size", "latent_moe_use_norm", "attn_res_block_size", "mla_use_output_gate",
-           "use_full_rank_gate")
+K3_KEYS = ("hidden_act", "activation_situ_beta", "activation_situ_linear_beta", "routed_expert_hidden_size",
+           "latent_moe_use_norm", "attn_res_block_size", "mla_use_output_gate", "use_full_rank_gate", "kda_decay",
+           "gate_lower_bound")
+RELEASE_MODEL_TYPE = "kimi_k3"   # the K3 release's top-level config.json
+TEXT_MODEL_TYPE = "kimi_linear"  # a flat checkpoint's, and the release's text_config
 ATTENTION_KINDS = ("linear_attention", "full_attention")
 MLP_KINDS = ("dense", "sparse")
 _REQUIRED = object()
@@ -119,12 +122,15 @@ def _one_based(lac: dict, key: str, n_layers: int) -> list[int]:
 
 
 def _layer_types(cfg: dict, lac: dict, n_layers: int) -> list[str]:
-    """``layer_types``, or the checkpoint's 1-based ``kda_layers``/``full_attn_layers``."""
+    """``layer_types``, or the checkpoint's 1-based ``kda_layers``/``full_attn_layers``; with
+    ``kda_layers`` alone, every layer not listed is MLA (docs/ENGINE.md §4.2 item 8)."""
     if cfg.get("layer_types"):
         return _kinds(cfg["layer_types"], "layer_types", ATTENTION_KINDS, n_layers)
     if "kda_layers" not in lac and "full_attn_layers" not in lac:
         raise ConvertError("config.json: neither layer_types nor linear_attn_config.kda_layers/full_attn_layers")
     kda, full = _one_based(lac, "kda_layers", n_layers), _one_based(lac, "full_attn_layers", n_layers)
+    if "full_attn_layers" not in lac:
+        full = [i for i in range(1, n_layers + 1) if i not in kda]
     both = sorted(set(kda) & set(full))
     if both:
         raise ConvertError(f"config.json: layer {both[0]} (1-based) is in both linear_attn_config.kda_layers "
@@ -137,11 +143,13 @@ def _layer_types(cfg: dict, lac: dict, n_layers: int) -> list[str]:
     return types
 
 
-def _mlp_layer_types(fields: _Fields, n_layers: int) -> list[str]:
-    """``mlp_layer_types``, or ``first_k_dense_replace`` (default 1) and ``moe_layer_freq``."""
+def _mlp_layer_types(fields: _Fields, n_layers: int, release: bool) -> list[str]:
+    """``mlp_layer_types``, or ``first_k_dense_replace`` (default 1; 0 for the K3 release,
+    as Moonshot's K3 class) and ``moe_layer_freq`` (default 1): MoE iff ℓ ≥ first_k_dense_replace
+    and ℓ mod moe_layer_freq = 0."""
     if fields.cfg.get("mlp_layer_types"):
         return _kinds(fields.cfg["mlp_layer_types"], "mlp_layer_types", MLP_KINDS, n_layers)
-    first_dense = fields.integer("first_k_dense_replace", default=1, minimum=0)
+    first_dense = fields.integer("first_k_dense_replace", default=0 if release else 1, minimum=0)
     freq = fields.integer("moe_layer_freq", default=1)
     return ["sparse" if i >= first_dense and i % freq == 0 else "dense" for i in range(n_layers)]
 
@@ -160,12 +168,17 @@ def _linear_attention(fields: _Fields, lac: _Fields) -> dict:
 
 
 def _moe(fields: _Fields) -> dict:
-    """The router's and experts' fields, under their canonical names."""
+    """The router's and experts' fields, under their canonical names. Moonshot's
+    ``moe_renormalize`` divides by the selected sum only when k > 1; transformers'
+    ``norm_topk_prob`` at any k (docs/DECISIONS.md): the manifest holds the resolved flag."""
+    top_k = fields.integer("num_experts_per_token", "num_experts_per_tok")
+    key, _ = fields.get("moe_renormalize", "norm_topk_prob", default=True)
+    renorm = fields.flag("moe_renormalize", "norm_topk_prob", default=True)
     return {
         "num_experts": fields.integer("num_experts", "num_local_experts", "n_routed_experts"),
-        "num_experts_per_token": fields.integer("num_experts_per_token", "num_experts_per_tok"),
+        "num_experts_per_token": top_k,
         "num_shared_experts": fields.integer("num_shared_experts", "n_shared_experts", default=0, minimum=0),
-        "moe_renormalize": fields.flag("moe_renormalize", "norm_topk_prob", default=True),
+        "moe_renormalize": renorm and (top_k > 1 or key != "moe_renormalize"),
         "routed_scaling_factor": fields.number("routed_scaling_factor"),
         "num_expert_group": fields.integer("num_expert_group", "n_group", default=1),
         "topk_group": fields.integer("topk_group", default=1),
@@ -173,10 +186,10 @@ def _moe(fields: _Fields) -> dict:
 
 
 def _check_supported(out: dict) -> None:
-    """What libwaste refuses at open (engine.md §4.1), refused before anything is written."""
-    if out["hidden_act"] != "silu":
+    """What libwaste refuses at open (docs/ENGINE.md §4.1), refused before anything is written."""
+    if out["hidden_act"] not in ("silu", "situ"):
         raise ConvertError(f"config.json: hidden_act {out['hidden_act']!r} is not supported (libwaste "
-                           "implements silu only)")
+                           "implements silu and situ)")
     if out["num_key_value_heads"] != out["num_attention_heads"]:
         raise ConvertError(f"config.json: num_key_value_heads {out['num_key_value_heads']} must equal "
                            f"num_attention_heads {out['num_attention_heads']} (MLA has no grouped KV heads)")
@@ -197,7 +210,16 @@ def normalise_config(raw: Any) -> dict:
     """
     if not isinstance(raw, dict) or not isinstance(raw.get("text_config") or {}, dict):
         raise ConvertError("config.json: must be a JSON object (with an object text_config, if any)")
+    release = bool(raw.get("text_config"))
+    top = raw.get("model_type")
+    if release and top != RELEASE_MODEL_TYPE:
+        raise ConvertError(f"config.json: model_type {top!r} with a text_config is not supported (the K3 release "
+                           f"says {RELEASE_MODEL_TYPE!r})")
     cfg = dict(raw.get("text_config") or raw)
+    if cfg.get("model_type") not in (None, TEXT_MODEL_TYPE):
+        where = "text_config.model_type" if release else "model_type"
+        raise ConvertError(f"config.json: {where} {cfg.get('model_type')!r} is not supported "
+                           f"({TEXT_MODEL_TYPE!r})")
     lac = cfg.get("linear_attn_config") or {}
     if not isinstance(lac, dict):
         raise ConvertError(f"config.json: linear_attn_config must be an object, got {lac!r}")
@@ -213,7 +235,7 @@ def normalise_config(raw: Any) -> dict:
         "moe_intermediate_size": fields.integer("moe_intermediate_size"),
         **_moe(fields),
         "layer_types": _layer_types(cfg, lac, n_layers),
-        "mlp_layer_types": _mlp_layer_types(fields, n_layers),
+        "mlp_layer_types": _mlp_layer_types(fields, n_layers, release),
         **_linear_attention(fields, lac_fields),
         "num_attention_heads": heads,
         "num_key_value_heads": fields.integer("num_key_value_heads", default=heads),
@@ -232,9 +254,38 @@ def normalise_config(raw: Any) -> dict:
         "model_max_length": fields.integer("model_max_length", "max_position_embeddings", default=0, minimum=0),
     }
     _check_supported(out)
-    for key in K3_KEYS:  # carried for the engine to refuse by name (a K3 checkpoint)
-        if cfg.get(key) not in (None, False):
-            out[key] = cfg[key]
-    if "gate_lower_bound" in lac:
-        out["gate_lower_bound"] = lac["gate_lower_bound"]
+    out.update(_k3(fields, lac_fields, out))
     return out
+
+
+def _k3(fields: _Fields, lac: _Fields, out: dict) -> dict:
+    """The K3 deltas (docs/ENGINE.md §4.2), each from its own key and written resolved."""
+    k3: dict = {}
+    if out["hidden_act"] == "situ":
+        beta = fields.cfg.get("activation_situ_beta")
+        k3["activation_situ_beta"] = 1.0 if beta in (None, 0) else fields.number("activation_situ_beta")
+        k3["activation_situ_linear_beta"] = (fields.number("activation_situ_linear_beta")
+                                             if fields.cfg.get("activation_situ_linear_beta") is not None else None)
+    else:
+        for key in ("activation_situ_beta", "activation_situ_linear_beta"):
+            if fields.cfg.get(key) not in (None, 0):
+                raise ConvertError(f"config.json: {key} is set but hidden_act is {out['hidden_act']!r} (it needs "
+                                   "'situ')")
+    rz = fields.integer("routed_expert_hidden_size", default=0, minimum=0)
+    k3["routed_expert_hidden_size"] = rz
+    k3["latent_moe_use_norm"] = fields.flag("latent_moe_use_norm", default=False)
+    if k3["latent_moe_use_norm"] and not rz:
+        raise ConvertError("config.json: latent_moe_use_norm is true but routed_expert_hidden_size is unset "
+                           "(no latent MoE to normalise)")
+    k3["attn_res_block_size"] = fields.integer("attn_res_block_size", default=0, minimum=0)
+    k3["mla_use_output_gate"] = fields.flag("mla_use_output_gate", default=False)
+    k3["use_full_rank_gate"] = fields.flag("use_full_rank_gate", default=False)
+    bound = lac.cfg.get("gate_lower_bound")
+    if bound is None:
+        k3["kda_decay"] = "softplus"
+    else:
+        if isinstance(bound, bool) or not isinstance(bound, (int, float)) or not -1e6 <= bound < 0:
+            raise ConvertError(f"config.json: linear_attn_config.gate_lower_bound must be a negative number, "
+                               f"got {bound!r}")
+        k3["kda_decay"], k3["gate_lower_bound"] = "lower_bound", float(bound)
+    return k3

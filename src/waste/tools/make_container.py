@@ -81,8 +81,12 @@ class Geometry:
     qk_rope: int = attrs.field(default=8, validator=_positive)
     v_head: int = attrs.field(default=16, validator=_positive)
     vocab_merges: int = attrs.field(default=240, validator=attrs.validators.ge(0))
-    dtype: str = attrs.field(default="f32", validator=attrs.validators.in_(("f32", "bf16", "int8")))
+    dtype: str = attrs.field(default="f32", validator=attrs.validators.in_(("f32", "bf16", "int8", "int4")))
     group: int = attrs.field(default=32, validator=attrs.validators.in_((32, 128)))
+    # Every Kimi K3 delta on (docs/ENGINE.md §4.2): SiTU (β 4, β_l 25), a latent MoE of width
+    # hidden/2 with its norm, attention residuals in blocks of 2, MLA q-LoRA (rank 32) with the
+    # output gate, the full-rank KDA gate, the lower-bound decay (λ = -5); arch kimi_k3.
+    k3: bool = False
 
     def __attrs_post_init__(self) -> None:
         if self.top_k > self.experts:
@@ -150,7 +154,17 @@ def raw_config(g: Geometry, vocab: int, eos_id: int) -> dict:
         "qk_rope_head_dim": g.qk_rope, "v_head_dim": g.v_head, "hidden_act": "silu",
         "rms_norm_eps": 1e-5, "bos_token_id": None, "eos_token_id": eos_id,
         "pad_token_id": None, "model_max_length": 4096,
+        **(_K3_KEYS(g) if g.k3 else {}),
     }
+
+
+def _K3_KEYS(g: Geometry) -> dict:
+    """The K3 delta keys of ``Geometry.k3`` (config.json spelling)."""
+    return {"hidden_act": "situ", "activation_situ_beta": 4.0, "activation_situ_linear_beta": 25.0,
+            "routed_expert_hidden_size": g.hidden // 2, "latent_moe_use_norm": True, "attn_res_block_size": 2,
+            "q_lora_rank": 32, "mla_use_output_gate": True, "use_full_rank_gate": True,
+            "linear_attn_config": {"num_heads": g.kda_heads, "head_dim": g.kda_head_dim,
+                                   "short_conv_kernel_size": g.conv_kernel, "gate_lower_bound": -5.0}}
 
 
 def trunk_plan(cfg: dict) -> list[tuple[str, tuple[int, ...], str]]:
@@ -165,23 +179,32 @@ def trunk_plan(cfg: dict) -> list[tuple[str, tuple[int, ...], str]]:
                          cfg["qk_rope_head_dim"], cfg["v_head_dim"], cfg["kv_lora_rank"])
     E, Im, S, I = (cfg["num_experts"], cfg["moe_intermediate_size"], cfg["num_shared_experts"],
                    cfg["intermediate_size"])
+    Rz, rq = cfg.get("routed_expert_hidden_size", 0), cfg["q_lora_rank"]
     plan = [("embed", (V, H), "embed")]
     for layer in range(cfg["num_hidden_layers"]):
         c = f"blk.{layer}."
         plan += [(c + "attn_norm", (H,), "norm"), (c + "ffn_norm", (H,), "norm")]
+        if cfg.get("attn_res_block_size"):
+            plan += [(c + "res.attn_norm", (H,), "norm"), (c + "res.attn_proj", (H,), "res_proj"),
+                     (c + "res.mlp_norm", (H,), "norm"), (c + "res.mlp_proj", (H,), "res_proj")]
         if cfg["layer_types"][layer] == "linear_attention":
             plan += [(c + f"kda.{x}_proj", (hd, H), "mat") for x in "qkv"]
             plan += [(c + f"kda.{x}_conv", (hd, K), "conv") for x in "qkv"]
             plan += [(c + "kda.a_log", (Hk,), "a_log"), (c + "kda.dt_bias", (hd,), "dt_bias"),
                      (c + "kda.f_a", (d, H), "mat"), (c + "kda.f_b", (hd, d), "mat"),
-                     (c + "kda.b_proj", (Hk, H), "mat"), (c + "kda.g_a", (d, H), "mat"),
-                     (c + "kda.g_b", (hd, d), "mat"), (c + "kda.o_norm", (d,), "norm"),
-                     (c + "kda.o_proj", (H, hd), "mat")]
+                     (c + "kda.b_proj", (Hk, H), "mat")]
+            plan += ([(c + "kda.g_proj", (hd, H), "mat")] if cfg.get("use_full_rank_gate") else
+                     [(c + "kda.g_a", (d, H), "mat"), (c + "kda.g_b", (hd, d), "mat")])
+            plan += [(c + "kda.o_norm", (d,), "norm"), (c + "kda.o_proj", (H, hd), "mat")]
         else:
-            plan += [(c + "mla.q_proj", (nh * (dn + dr), H), "mat"),
-                     (c + "mla.kv_a", (r + dr, H), "mat"), (c + "mla.kv_a_norm", (r,), "norm"),
+            plan += ([(c + "mla.q_a", (rq, H), "mat"), (c + "mla.q_a_norm", (rq,), "norm"),
+                      (c + "mla.q_b", (nh * (dn + dr), rq), "mat")] if rq else
+                     [(c + "mla.q_proj", (nh * (dn + dr), H), "mat")])
+            plan += [(c + "mla.kv_a", (r + dr, H), "mat"), (c + "mla.kv_a_norm", (r,), "norm"),
                      (c + "mla.kv_b", (nh * (dn + dv), r), "mat"),
                      (c + "mla.o_proj", (H, nh * dv), "mat")]
+            if cfg.get("mla_use_output_gate"):
+                plan.append((c + "mla.g_proj", (nh * dv, H), "mat"))
         if cfg["mlp_layer_types"][layer] == "dense":
             plan += [(c + "ffn.gate", (I, H), "mat"), (c + "ffn.up", (I, H), "mat"),
                      (c + "ffn.down", (H, I), "mat")]
@@ -191,6 +214,12 @@ def trunk_plan(cfg: dict) -> list[tuple[str, tuple[int, ...], str]]:
                 plan += [(c + "moe.shared_gate", (S * Im, H), "mat"),
                          (c + "moe.shared_up", (S * Im, H), "mat"),
                          (c + "moe.shared_down", (H, S * Im), "mat")]
+            if Rz:
+                plan += [(c + "moe.latent_down", (Rz, H), "mat"), (c + "moe.latent_up", (H, Rz), "mat")]
+                if cfg.get("latent_moe_use_norm"):
+                    plan.append((c + "moe.latent_norm", (Rz,), "norm"))
+    if cfg.get("attn_res_block_size"):
+        plan += [("output_res.norm", (H,), "norm"), ("output_res.proj", (H,), "res_proj")]
     return plan + [("final_norm", (H,), "norm"), ("lm_head", (V, H), "mat")]
 
 
@@ -211,12 +240,12 @@ def random_tensor(seed: int, name: str, shape: tuple[int, ...], kind: str) -> np
 
 
 def _matrix_format(name: str, shape: tuple[int, ...], g: Geometry) -> tuple[str, int]:
-    if g.dtype != "int8":
+    if g.dtype not in ("int8", "int4"):
         return g.dtype, 0
     if shape[-1] % g.group:
-        raise ContainerError(f"--dtype int8: tensor {name} has {shape[-1]} columns, not a multiple "
+        raise ContainerError(f"--dtype {g.dtype}: tensor {name} has {shape[-1]} columns, not a multiple "
                              f"of the group {g.group}; change the geometry or --group")
-    return "int8", g.group
+    return g.dtype, g.group
 
 
 def build_container(out: str | Path, *, seed: int = 0, geometry: Geometry | None = None,
@@ -244,7 +273,7 @@ def build_container(out: str | Path, *, seed: int = 0, geometry: Geometry | None
                 writer.add_tensor(name, values, fmt, group, on_disk=kind == "embed")
             else:
                 writer.add_tensor(name, values, "f32")
-        H, Im = cfg["hidden_size"], cfg["moe_intermediate_size"]
+        H, Im = cfg.get("routed_expert_hidden_size") or cfg["hidden_size"], cfg["moe_intermediate_size"]
         for layer, kind in enumerate(cfg["mlp_layer_types"]):
             if kind != "sparse":
                 continue
@@ -259,8 +288,8 @@ def build_container(out: str | Path, *, seed: int = 0, geometry: Geometry | None
                              special_ids)
         if chat is not None:
             writer.set_chat(chat)
-        quant = {"trunk": g.dtype, "experts": g.dtype, "group": g.group if g.dtype == "int8" else 0}
-        return writer.finish("kimi_linear", cfg, quant)
+        quant = {"trunk": g.dtype, "experts": g.dtype, "group": g.group if g.dtype in ("int8", "int4") else 0}
+        return writer.finish("kimi_k3" if g.k3 else "kimi_linear", cfg, quant)
     except BaseException:
         writer.abandon()
         raise
@@ -302,8 +331,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--chat-json", choices=CHAT_FORMATS, default="xtml")
     ap.add_argument("--overwrite", action="store_true")
-    ap.add_argument("--dtype", choices=("f32", "bf16", "int8"), default="f32")
+    ap.add_argument("--dtype", choices=("f32", "bf16", "int8", "int4"), default="f32")
     ap.add_argument("--group", type=int, choices=(32, 128), default=32)
+    ap.add_argument("--k3", action="store_true", help="switch every Kimi K3 delta on (arch kimi_k3)")
     add_geometry_flags(ap)
     args = ap.parse_args(argv)
     geometry = geometry_from_flags(ap, args)

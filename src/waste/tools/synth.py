@@ -1,4 +1,4 @@
-"""Writes a deterministic synthetic Hugging Face Kimi-Linear checkpoint, with numpy only.
+"""Writes a deterministic synthetic Hugging Face Kimi-Linear (or Kimi K3) checkpoint.
 
 ``python -m waste.tools.synth OUT_HF_DIR [geometry flags] [--dtype bf16|f32] [--seed N]
 [--bias-std S]`` writes what transformers 5.23's ``KimiLinearForCausalLM.save_pretrained``
@@ -10,7 +10,12 @@ and ``tokenizer_config.json``. Both ``waste.tools.convert`` and llama.cpp's
 Tensors are drawn one at a time from their own seeded stream (so same seed and flags give
 byte-identical files) and streamed into one shard per layer: memory stays at one tensor.
 ``e_score_correction_bias`` is drawn with standard deviation ``--bias-std``, which skews the
-routing toward some experts (engine.md §8 "Routing skew").
+routing toward some experts (docs/ENGINE.md §8 "Routing skew").
+
+``--arch k3`` writes the Kimi K3 release layout instead (synth_k3.py: ``kimi_k3`` config with
+``text_config``, ``language_model.`` names, MXFP4 experts packed by compressed-tensors, a few
+vision tensors, the XTML tokenizer), at a scaled-down K3 geometry by default; every geometry
+flag applies, and ``--q-lora-rank``, ``--latent``, ``--attn-res-block`` … set the K3 deltas.
 """
 
 from __future__ import annotations
@@ -21,7 +26,6 @@ import os
 import shutil
 import struct
 import sys
-import zlib
 from pathlib import Path
 from typing import Iterator
 
@@ -29,8 +33,8 @@ import numpy as np
 
 from waste.tools.bpe_train import train_ranks
 from waste.tools.container import ContainerError, to_bf16_bits
-from waste.tools.make_container import (CORPUS, Geometry, add_geometry_flags, geometry_from_flags,
-                                        random_tensor)
+from waste.tools.hf_files import draw, write_tokenizer
+from waste.tools.make_container import (CORPUS, Geometry, add_geometry_flags, geometry_from_flags)
 
 TRANSFORMERS_VERSION = "5.23.0"
 # Moonshot's names for the specials it uses most; [BOS] and [EOS] are the config's ids.
@@ -129,14 +133,6 @@ def shard_plan(g: Geometry, vocab: int) -> list[list[Spec]]:
     return shards
 
 
-def draw(seed: int, name: str, shape: tuple[int, ...], kind: str, bias_std: float) -> np.ndarray:
-    """One tensor's values (float32), from a stream of its own (seed, name)."""
-    if kind == "bias":
-        rng = np.random.default_rng([seed, zlib.crc32(name.encode("utf-8"))])
-        return (bias_std * rng.standard_normal(shape)).astype(np.float32)
-    return random_tensor(seed, name, shape, kind)
-
-
 def _encoded(values: np.ndarray, dtype: str) -> bytes:
     if dtype == "bf16":
         return to_bf16_bits(values).astype("<u2").tobytes()
@@ -162,21 +158,6 @@ def write_shard(path: Path, specs: list[Spec], tensors: Iterator[np.ndarray], dt
                 raise ContainerError(f"tensor {name}: drew {values.shape}, planned {shape}")
             f.write(_encoded(values, dtype))
     return at
-
-
-def write_tokenizer(out: Path, ranks: list[bytes]) -> None:
-    """``tiktoken.model`` (base64 rank per line) and the specials' ``tokenizer_config.json``."""
-    import base64
-
-    lines = [f"{base64.b64encode(t).decode()} {i}" for i, t in enumerate(ranks)]
-    (out / "tiktoken.model").write_text("\n".join(lines) + "\n")
-    decoder = {str(len(ranks) + i): {"content": s, "lstrip": False, "normalized": False,
-                                     "rstrip": False, "single_word": False, "special": True}
-               for i, s in enumerate(SPECIALS)}
-    config = {"added_tokens_decoder": decoder, "bos_token": "[BOS]", "eos_token": "[EOS]",
-              "pad_token": "[PAD]", "model_max_length": 1048576,
-              "tokenizer_class": "TikTokenTokenizer"}
-    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
 
 
 def _dump(path: Path, obj: dict) -> None:
@@ -217,7 +198,7 @@ def synthesize(out: str | Path, *, geometry: Geometry | None = None, seed: int =
         _dump(tmp / "model.safetensors.index.json",
               {"metadata": {"total_parameters": params, "total_size": total},
                "weight_map": dict(sorted(weight_map.items()))})
-        write_tokenizer(tmp, ranks)
+        write_tokenizer(tmp, ranks, SPECIALS)
         if out.exists():
             shutil.rmtree(out)
         tmp.rename(out)
@@ -227,19 +208,89 @@ def synthesize(out: str | Path, *, geometry: Geometry | None = None, seed: int =
     return out
 
 
+def _optional_float(text: str) -> float | None:
+    return None if text.lower() == "none" else float(text)
+
+
+def _add_k3_flags(ap: argparse.ArgumentParser) -> None:
+    from waste.tools.synth_k3 import K3Options
+
+    d = K3Options()
+    k3 = ap.add_argument_group("--arch k3 (0 or none switches a delta off)")
+    k3.add_argument("--q-lora-rank", type=int, default=d.q_lora_rank, help=f"MLA q-LoRA rank (default {d.q_lora_rank})")
+    k3.add_argument("--latent", type=int, default=d.latent,
+                    help=f"routed_expert_hidden_size: the latent MoE width (default {d.latent})")
+    k3.add_argument("--latent-norm", type=int, choices=(0, 1), default=int(d.latent_norm), help="latent_moe_use_norm")
+    k3.add_argument("--attn-res-block", type=int, default=d.attn_res_block,
+                    help=f"attn_res_block_size (default {d.attn_res_block})")
+    k3.add_argument("--situ", type=int, choices=(0, 1), default=int(d.situ), help="hidden_act situ (1) or silu (0)")
+    k3.add_argument("--situ-beta", type=float, default=d.situ_beta)
+    k3.add_argument("--situ-linear-beta", type=_optional_float, default=d.situ_linear_beta)
+    k3.add_argument("--gate-lower-bound", type=_optional_float, default=d.gate_lower_bound,
+                    help=f"linear_attn_config.gate_lower_bound (default {d.gate_lower_bound})")
+    k3.add_argument("--mla-output-gate", type=int, choices=(0, 1), default=int(d.mla_output_gate))
+    k3.add_argument("--full-rank-gate", type=int, choices=(0, 1), default=int(d.full_rank_gate))
+    k3.add_argument("--a-log-pad", type=int, default=d.a_log_pad,
+                    help="A_log values stored (zero tail); default: the KDA head_dim, as the release ships it")
+    k3.add_argument("--moe-layer-freq", type=int, default=d.moe_layer_freq)
+    k3.add_argument("--routed-scaling-factor", type=float, default=d.routed_scaling_factor)
+
+
+def _main_k3(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from waste.tools.synth_k3 import K3Options, synthesize_k3
+
+    geometry = geometry_from_flags(ap, args)
+    options = K3Options(q_lora_rank=args.q_lora_rank, latent=args.latent, latent_norm=bool(args.latent_norm),
+                        attn_res_block=args.attn_res_block, situ=bool(args.situ), situ_beta=args.situ_beta,
+                        situ_linear_beta=args.situ_linear_beta, gate_lower_bound=args.gate_lower_bound,
+                        mla_output_gate=bool(args.mla_output_gate), full_rank_gate=bool(args.full_rank_gate),
+                        a_log_pad=args.a_log_pad, moe_layer_freq=args.moe_layer_freq,
+                        routed_scaling_factor=args.routed_scaling_factor)
+    for flag, value in (("--q-lora-rank", args.q_lora_rank), ("--latent", args.latent),
+                        ("--attn-res-block", args.attn_res_block), ("--a-log-pad", args.a_log_pad)):
+        if value < 0:
+            ap.error(f"{flag} must be >= 0, got {value}")
+    try:
+        path = synthesize_k3(args.out, geometry=geometry, options=options, seed=args.seed, dtype=args.dtype,
+                             bias_std=args.bias_std, overwrite=args.overwrite)
+    except (ContainerError, OSError) as exc:
+        print(f"synth: error: {exc}", file=sys.stderr)
+        return 1
+    print(path)
+    return 0
+
+
+_K3_FLAGS = ("--q-lora-rank", "--latent", "--latent-norm", "--attn-res-block", "--situ", "--situ-beta",
+             "--situ-linear-beta", "--gate-lower-bound", "--mla-output-gate", "--full-rank-gate", "--a-log-pad",
+             "--moe-layer-freq", "--routed-scaling-factor")
+
+
 def main(argv: list[str] | None = None) -> int:
     """The command line; prints the directory, or an error and exits 1 (2 for a bad flag)."""
     ap = argparse.ArgumentParser(prog="python -m waste.tools.synth", description=__doc__.splitlines()[0])
     ap.add_argument("out")
+    ap.add_argument("--arch", choices=("kimi_linear", "k3"), default="kimi_linear",
+                    help="kimi_linear (transformers' layout) or k3 (the K3 release layout, MXFP4 experts)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--dtype", choices=tuple(DTYPES), default="bf16", help="tensor dtype (default bf16)")
     ap.add_argument("--bias-std", type=float, default=DEFAULT_BIAS_STD,
                     help=f"spread of e_score_correction_bias: routing skew (default {DEFAULT_BIAS_STD})")
     ap.add_argument("--overwrite", action="store_true")
     add_geometry_flags(ap)
+    _add_k3_flags(ap)
+    pre, _ = ap.parse_known_args(argv)
+    if pre.arch == "k3":  # the geometry flags default to the scaled-down K3
+        from waste.tools.synth_k3 import K3_GEOMETRY
+
+        ap.set_defaults(**K3_GEOMETRY)
     args = ap.parse_args(argv)
     if not args.bias_std >= 0:
         ap.error(f"--bias-std must be a number >= 0, got {args.bias_std}")
+    if args.arch == "k3":
+        return _main_k3(ap, args)
+    k3_flags = [a for a in (argv if argv is not None else sys.argv[1:]) if a.split("=")[0] in _K3_FLAGS]
+    if k3_flags:
+        ap.error(f"{k3_flags[0].split('=')[0]} applies to --arch k3 only")
     geometry = geometry_from_flags(ap, args)
     try:
         path = synthesize(args.out, geometry=geometry, seed=args.seed, dtype=args.dtype,

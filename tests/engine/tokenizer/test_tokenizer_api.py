@@ -48,7 +48,7 @@ def test_token_bytes_and_vocab(models):
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.binary(max_size=300), markup=st.booleans())
 def test_invalid_utf8_is_refused_and_valid_round_trips(models, lib, data, markup):
-    """engine.md §1: invalid UTF-8 is E_ARG (nothing produced); the offset is Python's."""
+    """docs/ENGINE.md §1: invalid UTF-8 is E_ARG (nothing produced); the offset is Python's."""
     tok, _, _ = models["mixed"]
     try:
         data.decode("utf-8")

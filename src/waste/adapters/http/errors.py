@@ -1,17 +1,19 @@
 """The one table from exception types to HTTP errors, and the OpenAI error envelope.
 
-Domain errors carry no status; this module is the only place one is chosen (http.md §5).
+Domain errors carry no status; this module is the only place one is chosen (docs/HTTP.md §5).
 """
 
 from __future__ import annotations
 
+from typing import cast
+
 import attrs
 
-from waste.adapters.engine_host import EngineLoadFailed, EngineLoading, QueueFull, ShuttingDown
-from waste.domain.engine import EngineError
+from waste.domain.ports import EngineError
 from waste.domain.errors import (ChatFormatError, ContextLengthExceeded, InvalidRequest,
                                  KimiToolError, XTMLError)
-from waste.domain.prompting import NoChatFormat
+from waste.domain.chat_format import NoChatFormat
+from waste.service import EngineLoadFailed, EngineLoading, QueueFull, ShuttingDown
 
 INVALID = "invalid_request_error"
 UNAVAILABLE = "unavailable_error"
@@ -45,7 +47,7 @@ _TABLE: list[tuple[type, int, str, str | None, tuple[tuple[str, str], ...]]] = [
     (ShuttingDown, 503, UNAVAILABLE, "shutting_down", (("Retry-After", "5"),)),
 ]
 
-_MESSAGES = {
+_MESSAGES: dict[type, str] = {
     EngineLoading: "The model is still loading; retry shortly.",
     QueueFull: "Too many requests are waiting for the engine; retry later.",
     ShuttingDown: "The server is shutting down.",
@@ -64,16 +66,17 @@ def to_api_error(exc: BaseException) -> ApiError:
             if kind is NoChatFormat:
                 param = None
             message = _MESSAGES.get(kind) or _engine_message(exc) or str(exc)
-            return ApiError(status, code or exc.code, message, type_, param, headers)
+            own = code if code is not None else cast(InvalidRequest, exc).code  # the one None row
+            return ApiError(status, own, message, type_, param, headers)
     return ApiError(500, "internal_error", "The server hit an internal error.", "server_error")
 
 
 def _engine_message(exc: BaseException) -> str | None:
     if isinstance(exc, EngineError):
-        return f"The engine failed ({exc.status_name}): {exc.detail}"
+        return f"The engine failed ({exc.code}): {exc.detail}"
     if isinstance(exc, EngineLoadFailed):
         cause = exc.cause
-        why = f"{cause.status_name}: {cause.detail}" if isinstance(cause, EngineError) else str(cause)
+        why = f"{cause.code}: {cause.detail}" if isinstance(cause, EngineError) else str(cause)
         return f"The engine failed to load ({why}); this server cannot generate. Fix the " \
                "container or the flags and restart it."
     return None

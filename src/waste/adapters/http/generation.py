@@ -1,9 +1,9 @@
 """The two completion routes: validate, plan, admit, and answer blocking or as SSE.
 
-Admission happens once, in the route, before any header (http.md §2.1 step 10), so every
+Admission happens once, in the route, before any header (docs/HTTP.md §2.1 step 10), so every
 refusal is plain JSON. The admitted job's place is then held until the HTTP exchange ends:
 the body generator leaves the queue when it finishes or is closed, and ``exchange.hold``
-covers a body that never started (stack-notes pitfall 4: it would run no ``finally``).
+covers a body that never started (docs/STACK.md pitfall 4: it would run no ``finally``).
 """
 
 from __future__ import annotations
@@ -17,25 +17,23 @@ from typing import AsyncIterator, Callable
 import trio
 from quart import Response, request
 
-from waste.adapters.engine_host import (DecodedImage, Failed, Finished, Job, Released,
-                                        Started)
 from waste.adapters.http.errors import envelope, to_api_error
 from waste.adapters.http.exchange import hold
 from waste.adapters.http.state import ServerState
 from waste.adapters.http.wire import (SSE_KEEPALIVE, ChatChunks, CompletionChunks,
                                       chat_response, completion_response, dumps, new_id, sse,
                                       usage, waste_object)
-from waste.adapters.images import decode_images
-from waste.domain.completion import ReplyAssembler, TextReader
-from waste.domain.engine import SamplingParams
+from waste.domain.reply.assembler import ReplyAssembler
+from waste.domain.reply.text import TextReader
+from waste.domain.ports import SamplingParams
 from waste.domain.errors import ContextLengthExceeded, InvalidRequest
-from waste.domain.prompting import check_chat_capabilities, plan_chat, require_chat_format
 from waste.domain.requests import parse_chat_request, parse_completion_request, parse_json_body
+from waste.service import Failed, Finished, Job, Released, Started
 
 
 async def read_json_body() -> dict:
-    raw = await request.get_data(cache=False)
-    return parse_json_body(raw)
+    raw = await request.get_data(cache=False, as_text=False)
+    return parse_json_body(raw if isinstance(raw, bytes) else raw.encode("utf-8"))
 
 
 def _sampling(req, prompt_len: int, ctx: int, default_max: int, stop_ids, param: str):
@@ -50,15 +48,16 @@ def _sampling(req, prompt_len: int, ctx: int, default_max: int, stop_ids, param:
 async def chat_completions(state: ServerState) -> Response:
     body = await read_json_body()
     info = state.require_loaded()
-    require_chat_format(state.selection)
+    fmt = state.chat_format
+    fmt.require_usable()
     req = parse_chat_request(body)
-    check_chat_capabilities(req, state.selection)
+    fmt.check_request(req)
     # Decoding up to 8 × 50 MP must not stall the event loop (/health answers at once).
     images = await trio.to_thread.run_sync(functools.partial(
-        decode_images, req.image_parts, vision=state.config.vision and info.vision,
+        state.decode_images, req.image_parts, vision=state.config.vision and info.vision,
         allow_local=state.config.allow_local_images))
-    plan = plan_chat(req, state.selection, default_thinking=state.config.thinking_default,
-                     image_sizes=[(i.width, i.height) for i in images])
+    plan = fmt.plan(req, default_thinking=state.config.thinking_default,
+                    image_sizes=[(i.width, i.height) for i in images])
     prompt = await state.tokenize_segments(plan.segments)
     params = _sampling(req, len(prompt), info.ctx_tokens, state.config.max_tokens,
                        plan.stop_ids, "messages")
@@ -72,15 +71,12 @@ async def completions(state: ServerState) -> Response:
     info = state.require_loaded()
     req = parse_completion_request(body)
     state.require_tokenizer("prompt")
-    tokenizer = state.host.tokenizer
+    tokenizer = state.tokenizer
     prompt = await state.call_tokenizer(tokenizer.tokenize, req.prompt)
     if not prompt:
         raise InvalidRequest("prompt must not be empty", "prompt", "invalid_value")
     stop_ids = {info.eos_id} if info.eos_id is not None else set()
-    if state.selection is not None and state.selection.kind == "xtml":
-        stop_ids.add(state.selection.xtml_marker_ids[3])
-    elif state.selection is not None and state.selection.kind == "chat.json":
-        stop_ids.update(state.selection.chat_format.stop_ids)
+    stop_ids.update(state.chat_format.end_ids)
     params = _sampling(req, len(prompt), info.ctx_tokens, state.config.max_tokens,
                        sorted(stop_ids), "prompt")
     reader = TextReader(stop_ids=frozenset(stop_ids))
@@ -91,9 +87,9 @@ async def completions(state: ServerState) -> Response:
 
 async def _answer(state: ServerState, job: Job, req, id_prefix: str, chunks_type,
                   build_response) -> Response:
-    """Admission (http.md §2.1 step 10), then a stream or a blocking answer."""
-    events = state.host.admit(job)  # decided once; the place is held from here on
-    hold(functools.partial(state.host.leave, job))
+    """Admission (docs/HTTP.md §2.1 step 10), then a stream or a blocking answer."""
+    events = state.service.admit(job)  # decided once; the place is held from here on
+    hold(functools.partial(state.service.leave, job))
     ident = new_id(id_prefix)
     created = int(time.time())
     if req.stream:
@@ -117,7 +113,7 @@ def _account(state: ServerState, job: Job, done: Finished, queue_ms: float) -> t
     reasoning = None if isinstance(reader, TextReader) else job.assembler.reasoning_tokens
     usage_body = usage(done.prompt_tokens, result.tokens_generated, reasoning)
     waste = waste_object(prompt_tokens=done.prompt_tokens, result=result, queue_ms=queue_ms,
-                         seed=job.params.seed, stats=state.host.engine.statistics(),
+                         seed=job.params.seed, stats=state.engine.statistics(),
                          requests=state.completed_requests)
     return usage_body, waste
 
@@ -142,7 +138,7 @@ async def _blocking(state: ServerState, job: Job, events, ident: str, created: i
                 return Response(dumps(body), 200, {"x-request-id": ident},
                                 content_type="application/json")
     finally:
-        state.host.leave(job)
+        state.service.leave(job)
     raise RuntimeError("the engine worker ended without an answer")
 
 
@@ -157,7 +153,7 @@ def _stream(state: ServerState, job: Job, events, chunks, ident: str) -> Respons
                 async for text in writes:
                     yield text
         finally:
-            state.host.leave(job)
+            state.service.leave(job)
 
     response = Response(body(), 200, {
         "Content-Type": "text/event-stream", "Cache-Control": "no-cache",
@@ -170,7 +166,7 @@ async def sse_writes(events: trio.MemoryReceiveChannel,
                      render: Callable[[object], tuple[str, bool]], *, keepalive_s: float,
                      first: str = "") -> AsyncIterator[str]:
     """What one stream writes: ``first``, then each batch of rendered events, until an event
-    renders as done; a late error becomes one SSE event (http.md §4.3).
+    renders as done; a late error becomes one SSE event (docs/HTTP.md §4.3).
 
     A ``: keep-alive`` comment goes out whenever ``keepalive_s`` pass with nothing written,
     measured from the last write: events that write nothing (the job leaving the queue)
@@ -225,4 +221,4 @@ def _render_event(state, job, chunks, timing: dict, event) -> tuple[str, bool]:
     return "", False
 
 
-__all__ = ["chat_completions", "completions", "DecodedImage"]
+__all__ = ["chat_completions", "completions"]

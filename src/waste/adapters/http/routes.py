@@ -1,4 +1,4 @@
-"""Routes and the request guards of http.md: order of checks, auth, length, CORS, errors.
+"""Routes and the request guards of docs/HTTP.md: order of checks, auth, length, CORS, errors.
 
 ``register(app, state)`` wires everything onto a QuartTrio app. Routes never open their own
 nurseries; the engine worker lives in the app's nursery.
@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import hmac
 import time
+from typing import Any
 
+import attrs
 from quart import Response, request
 from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound
 
@@ -19,6 +21,7 @@ from waste.adapters.http.exchange import release_when_exchange_ends
 from waste.adapters.http.state import ServerState
 from waste.adapters.http.wire import dumps, new_id
 from waste.domain.errors import InvalidRequest
+from waste.domain.ports import ModelInfo
 
 COMPLETION_ROUTES = ("/v1/chat/completions", "/v1/completions")
 _CLOSE = (("Connection", "close"),)
@@ -108,9 +111,9 @@ def _from_werkzeug(err: HTTPException, body_timeout_s: float) -> ApiError:
 
 
 def _guards(state: ServerState):
-    """http.md §2.1 steps 1–3, run before any view."""
+    """docs/HTTP.md §2.1 steps 1–3, run before any view."""
     if "//" in request.scope["path"]:
-        # Paths match exactly (http.md §1). werkzeug would strip leading slashes and merge
+        # Paths match exactly (docs/HTTP.md §1). werkzeug would strip leading slashes and merge
         # (or redirect) the others; no route has an empty segment.
         raise NotFound()
     if request.routing_exception is not None:
@@ -141,7 +144,7 @@ def _raw_header(name: bytes) -> bytes | None:
 
 
 def _check_key(key: str) -> None:
-    """http.md §8: Bearer (scheme in any case) or x-api-key, compared over UTF-8 bytes."""
+    """docs/HTTP.md §8: Bearer (scheme in any case) or x-api-key, compared over UTF-8 bytes."""
     given = _raw_header(b"x-api-key")
     scheme, _, token = (_raw_header(b"authorization") or b"").partition(b" ")
     if scheme.lower() == b"bearer":
@@ -160,8 +163,9 @@ def _preflight(state: ServerState) -> Response:
 
 
 def _after(state: ServerState, response: Response) -> Response:
-    exact = request.url_rule is not None and "//" not in request.scope["path"]
-    rule = request.url_rule.rule if exact else "other"
+    url_rule = request.url_rule
+    exact = url_rule is not None and "//" not in request.scope["path"]
+    rule = url_rule.rule if url_rule is not None and exact else "other"
     state.metrics.count_request(rule, response.status_code)
     if request.path in COMPLETION_ROUTES and "x-request-id" not in response.headers:
         response.headers["x-request-id"] = new_id("req-")
@@ -176,11 +180,11 @@ def _after(state: ServerState, response: Response) -> Response:
 # -- simple routes ------------------------------------------------------------------------------
 
 async def _health(state: ServerState) -> Response:
-    host = state.host
-    if host.load_error is not None:
+    service = state.service
+    if service.load_error is not None:
         return json_response({"status": "failed", "model": state.config.model_id,
-                              "engine": None, "error": str(host.load_error)}, 503)
-    if host.shutting_down:
+                              "engine": None, "error": str(service.load_error)}, 503)
+    if service.shutting_down:
         return json_response({"status": "shutting_down", "model": state.config.model_id,
                               "engine": None}, 503, {"Retry-After": "5"})
     if state.info is None:
@@ -189,25 +193,18 @@ async def _health(state: ServerState) -> Response:
     return json_response({
         "status": "ok", "model": state.config.model_id, "engine": state.info.build_info,
         "uptime_s": round(time.monotonic() - state.started, 3),
-        "chat_format": state.selection.kind if state.selection else None,
-        "queue_depth": host.queue_depth, "generating": host.running is not None,
+        "chat_format": state.chat_format.name,
+        "queue_depth": service.queue_depth, "generating": service.running is not None,
         "fake_engine": state.config.fake_engine})
 
 
-def model_object(state: ServerState) -> dict:
-    info = state.info
-    sel = state.selection
-    fmt = sel.chat_format if sel is not None else None
-    if sel is not None and sel.kind == "xtml":
-        caps = {"reasoning": True, "tools": True, "images": bool(info.vision)}
-    elif fmt is not None:
-        caps = {"reasoning": fmt.reasoning, "tools": fmt.tools, "images": fmt.images}
-    else:
-        caps = {"reasoning": False, "tools": False, "images": False}
-    stats = state.host.engine.statistics()
+def model_object(state: ServerState, info: ModelInfo) -> dict[str, Any]:
+    fmt = state.chat_format
+    caps = attrs.asdict(fmt.capabilities)
+    stats = state.engine.statistics()
     return {
         "id": state.config.model_id, "object": "model",
-        "created": int(state.host.opened_at or time.time()), "owned_by": "waste",
+        "created": int(state.service.opened_at or time.time()), "owned_by": "waste",
         "waste": {
             "arch": info.arch, "n_layers": info.n_layers, "n_experts": info.n_experts,
             "top_k": info.top_k, "n_shared_experts": info.n_shared_experts,
@@ -215,8 +212,7 @@ def model_object(state: ServerState) -> dict:
             "ctx_train": info.ctx_train, "params_total": info.params_total,
             "params_active": info.params_active, "quant": info.quant, "vision": info.vision,
             "direct_io": stats.direct_io, "budget_bytes": stats.budget_bytes or info.budget_bytes,
-            "chat_format": {"kind": sel.kind if sel else None, **caps,
-                            "error": sel.error if sel else None},
+            "chat_format": {"kind": fmt.name, **caps, "error": fmt.error},
             "defaults": {"max_tokens": state.config.max_tokens,
                          "thinking": state.config.thinking_default},
             "fake_engine": state.config.fake_engine,
@@ -225,26 +221,26 @@ def model_object(state: ServerState) -> dict:
 
 
 async def _models(state: ServerState) -> Response:
-    state.require_loaded()
-    return json_response({"object": "list", "data": [model_object(state)]})
+    info = state.require_loaded()
+    return json_response({"object": "list", "data": [model_object(state, info)]})
 
 
 async def _model(state: ServerState, model_id: str) -> Response:
-    state.require_loaded()
+    info = state.require_loaded()
     if model_id != state.config.model_id:
         raise ApiError(404, "model_not_found", f"The model {model_id!r} does not exist; this "
                        f"server serves {state.config.model_id!r}.", "not_found_error", "model")
-    return json_response(model_object(state))
+    return json_response(model_object(state, info))
 
 
 async def _metrics(state: ServerState) -> Response:
-    host = state.host
-    stats = host.engine.statistics() if host.loaded else None
-    fmt = state.selection.kind if state.selection and state.selection.kind else "none"
+    service = state.service
+    stats = state.engine.statistics() if service.loaded else None
+    fmt = state.chat_format.name or "none"
     info = {"model": state.config.model_id, "version": waste.__version__,
             "chat_format": fmt}
-    text = state.metrics.render(cancelled=host.requests_cancelled, queue_depth=host.queue_depth,
-                                running=int(host.running is not None), stats=stats, info=info)
+    text = state.metrics.render(cancelled=service.requests_cancelled, queue_depth=service.queue_depth,
+                                running=int(service.running is not None), stats=stats, info=info)
     return Response(text, 200, content_type="text/plain; version=0.0.4")
 
 
@@ -269,7 +265,7 @@ async def _tokenize(state: ServerState) -> Response:
     parse_special = _bool_field(body, "parse_special")
     with_pieces = _bool_field(body, "with_pieces")
     state.require_tokenizer("content")
-    tok = state.host.tokenizer
+    tok = state.tokenizer
     ids = await state.call_tokenizer(tok.tokenize_markup if parse_special else tok.tokenize, content)
     if add_special and info.bos_id is not None:
         ids = [info.bos_id] + ids
@@ -301,7 +297,7 @@ async def _detokenize(state: ServerState) -> Response:
             raise InvalidRequest(f"tokens[{i}] = {token} is outside [0, {info.vocab})",
                                  f"tokens[{i}]", "invalid_value")
     state.require_tokenizer("tokens")
-    raw = await state.call_tokenizer(state.host.tokenizer.detokenize, tokens)
+    raw = await state.call_tokenizer(state.tokenizer.detokenize, tokens)
     return json_response({"content": raw.decode("utf-8", errors="replace")})
 
 

@@ -1,4 +1,5 @@
-"""The server's shared state: the engine host, the chat format chosen at load, the metrics."""
+"""The HTTP adapter's state: the generation service, the chat format chosen at load, the
+image decoder it was given, and the metrics it serves."""
 
 from __future__ import annotations
 
@@ -9,13 +10,15 @@ from typing import Any, Callable, Sequence
 import attrs
 import trio
 
-from waste.adapters.engine_host import EngineHost, EngineLoadFailed, EngineLoading, ShuttingDown
 from waste.adapters.http.config import HttpConfig
-from waste.adapters.metrics import Metrics
-from waste.domain.chatfmt import ChatFormatSelection, select_chat_format
-from waste.domain.engine import E_UNSUPPORTED, EngineError, ModelInfo
+from waste.adapters.http.metrics import Metrics
+from waste.domain.chat_format import ChatFormat, NoFormat
+from waste.domain.format_choice import select_chat_format
+from waste.domain.ports import (Engine, EngineError, ImageDecoder, ModelInfo, Tokenizer,
+                                Unsupported)
 from waste.domain.errors import InvalidRequest
 from waste.domain.segments import Segment
+from waste.service import EngineLoadFailed, EngineLoading, GenerationService, ShuttingDown
 
 log = logging.getLogger("waste")
 
@@ -23,10 +26,12 @@ log = logging.getLogger("waste")
 @attrs.define(eq=False)
 class ServerState:
     config: HttpConfig
-    host: EngineHost
+    service: GenerationService
+    decode_images: ImageDecoder
     metrics: Metrics = attrs.field(factory=Metrics)
     started: float = attrs.field(factory=time.monotonic)
-    selection: ChatFormatSelection | None = None
+    # Until the engine has loaded, no format (requests are refused as loading before).
+    chat_format: ChatFormat = attrs.field(factory=lambda: NoFormat("the engine has not loaded"))
     info: ModelInfo | None = None
     completed_requests: int = 0
     # Why the container cannot tokenize (it was converted without tokenizer files), or None.
@@ -35,42 +40,41 @@ class ServerState:
     async def resolve_chat_format(self) -> None:
         """Choose the chat format once the engine is open; a container without a usable one
         is a held error, not a failure. Every blocking call runs in a worker thread."""
-        engine, tokenizer = self.host.engine, self.host.tokenizer
+        engine, tokenizer = self.service.engine, self.service.tokenizer
+        assert engine is not None and tokenizer is not None, "called once the engine is open"
         info = engine.model_info()
         try:
-            template = await self.host.call_engine(engine.chat_template)
+            template = await self.service.call_engine(engine.chat_template)
         except EngineError as exc:  # an unreadable chat.json is a held error, not a crash
-            selection = ChatFormatSelection(kind=None, error=f"chat.json unreadable: {exc}")
+            chat_format: ChatFormat = NoFormat(f"chat.json unreadable: {exc}")
         else:
             try:
-                selection = await self.call_tokenizer(
+                chat_format = await self.call_tokenizer(
                     lambda: select_chat_format(tokenizer, template,
-                                               image_placeholder_id=info.media_placeholder_id))
-            except EngineError as exc:
-                if exc.status != E_UNSUPPORTED:
-                    raise
+                                               image_placeholder_id=info.media_placeholder_id,
+                                               vision=info.vision))
+            except Unsupported as exc:
                 self.no_tokenizer = f"the container has no tokenizer ({exc.detail})"
-                selection = ChatFormatSelection(kind=None, error=(
+                chat_format = NoFormat((
                     f"No usable chat format: {self.no_tokenizer}, so neither the XTML markers "
                     "nor a chat.json can be tokenized"))
-        self.selection = selection
+        self.chat_format = chat_format
         self.info = info  # last: /health says "ok" once everything above is known
         self._log_format()
 
     def _log_format(self) -> None:
-        sel = self.selection
-        log.info("engine ready; chat format: %s", sel.kind or f"none ({sel.error})")
-        if sel.kind == "chat.json" and sel.chat_format.always_open and not self.config.thinking_default:
-            log.warning("warning: this chat format always opens its reasoning channel; "
-                        "--no-thinking does not apply")
+        fmt = self.chat_format
+        log.info("engine ready; chat format: %s", fmt.name or f"none ({fmt.error})")
+        for warning in fmt.startup_warnings(default_thinking=self.config.thinking_default):
+            log.warning("warning: %s", warning)
 
     def require_loaded(self) -> ModelInfo:
-        """http.md §2.1 step 5: the model, or why there is none."""
-        if self.host.load_error is not None:
-            raise EngineLoadFailed(self.host.load_error)
+        """docs/HTTP.md §2.1 step 5: the model, or why there is none."""
+        if self.service.load_error is not None:
+            raise EngineLoadFailed(self.service.load_error)
         if self.shutting_down:
             raise ShuttingDown()
-        if self.info is None or not self.host.loaded:
+        if self.info is None or not self.service.loaded:
             raise EngineLoading()
         return self.info
 
@@ -82,12 +86,27 @@ class ServerState:
                                  "with its tokenizer files", param, "invalid_value")
 
     @property
+    def engine(self) -> Engine:
+        """The open engine (the routes that use it ran ``require_loaded`` first)."""
+        if self.service.engine is None:
+            raise EngineLoading()
+        return self.service.engine
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        """The open tokenizer (the routes that use it ran ``require_loaded`` first)."""
+        if self.service.tokenizer is None:
+            raise EngineLoading()
+        return self.service.tokenizer
+
+    @property
     def shutting_down(self) -> bool:
-        return self.host.shutting_down
+        return self.service.shutting_down
 
     async def tokenize_segments(self, segments: Sequence[Segment]) -> list[int]:
-        """Encode each segment on its own and concatenate (never merge, xtml.md §1)."""
-        tokenizer = self.host.tokenizer
+        """Encode each segment on its own and concatenate (never merge, docs/XTML.md §1)."""
+        tokenizer = self.service.tokenizer
+        assert tokenizer is not None, "called once the engine is open"
 
         def encode() -> list[int]:
             ids: list[int] = []
@@ -99,4 +118,4 @@ class ServerState:
 
     async def call_tokenizer(self, fn: Callable[..., Any], *args: Any) -> Any:
         """One blocking tokenizer call in a worker thread, serialised with the others."""
-        return await trio.to_thread.run_sync(fn, *args, limiter=self.host.tokenizer_limiter)
+        return await trio.to_thread.run_sync(fn, *args, limiter=self.service.tokenizer_limiter)

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import json
 import secrets
+from typing import Any
 
-from waste.domain.completion import Output, ReplyAssembler
-from waste.domain.engine import EngineStats, GenerationResult
-from waste.domain.stopstrings import ContentPiece
+from waste.domain.reply.assembler import Output, ReplyAssembler
+from waste.domain.ports import EngineStats, GenerationResult
+from waste.domain.reply.stop_strings import ContentPiece
 
 
 def dumps(obj: object) -> str:
-    """Compact JSON with non-ASCII kept literal (http.md §0)."""
+    """Compact JSON with non-ASCII kept literal (docs/HTTP.md §0)."""
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
 
 
@@ -36,7 +37,7 @@ def hit_rate(hit: int, miss: int) -> float | None:
 
 def waste_object(*, prompt_tokens: int, result: GenerationResult | None, queue_ms: float,
                  seed: int, stats: EngineStats, requests: int) -> dict:
-    """The per-request ``waste`` object (http.md §3.4)."""
+    """The per-request ``waste`` object (docs/HTTP.md §3.4)."""
     generated = result.tokens_generated if result else 0
     hit = result.experts_hit if result else 0
     miss = result.experts_missed if result else 0
@@ -70,7 +71,7 @@ def usage(prompt_tokens: int, completion_tokens: int, reasoning_tokens: int | No
 
 
 def logprob_entries(pieces: tuple[ContentPiece, ...] | list[ContentPiece]) -> list[dict]:
-    """Chat logprob entries: one per token that added content (http.md §3.3)."""
+    """Chat logprob entries: one per token that added content (docs/HTTP.md §3.3)."""
     return [{"token": p.text, "logprob": p.logprob if p.logprob is not None else 0.0,
              "bytes": list(p.text.encode("utf-8")), "top_logprobs": []} for p in pieces]
 
@@ -110,6 +111,10 @@ class _Chunks:
     def first(self) -> str:
         """What goes out at admission (chat: the role chunk)."""
         return ""
+
+    def _finish(self, finish_reason: str, extra: dict[str, Any]) -> str:
+        """The chunk that carries ``finish_reason`` (each stream kind shapes its own)."""
+        raise NotImplementedError
 
     def final(self, finish_reason: str, waste: dict, usage_body: dict) -> str:
         """The finish chunk (carrying ``waste``), the optional usage chunk, then [DONE]."""

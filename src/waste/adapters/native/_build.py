@@ -19,7 +19,7 @@ STATIC_LIBRARY = NATIVE / "build" / "libwaste.a"
 CDEF_BEGIN = "/* WASTE_CDEF_BEGIN */"
 CDEF_END = "/* WASTE_CDEF_END */"
 
-# The single Python entry point C may call: generate's token callback (engine.md §2).
+# The single Python entry point C may call: generate's token callback (docs/ENGINE.md §2).
 CALLBACK_CDEF = 'extern "Python" int32_t _waste_on_token(const waste_token_info *info, void *user);\n'
 
 

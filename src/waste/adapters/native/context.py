@@ -1,6 +1,7 @@
 """One open libwaste context (``waste_ctx``) and its tokenizer calls, through cffi.
 
-``check`` is the single place where a libwaste status becomes an ``EngineError``. A
+``fail`` is the single place where a libwaste status becomes one of the port's named
+``EngineError`` exceptions (``ERRORS``); no status integer leaves this package. A
 context serialises its blocking calls (a second concurrent call gets E_BUSY, as the C
 library would answer) and guards its pointer so close never races the any-thread calls.
 """
@@ -15,7 +16,10 @@ from typing import Any, Callable, Iterator, NoReturn, Sequence
 
 import attrs
 
-from waste.domain.engine import EngineError, ModelInfo
+from waste.domain.ports import (BudgetExceeded, BufferTooSmall, Cancelled, ContextFull,
+                                EngineBusy, EngineError, EngineFormatError, EngineIOError,
+                                EngineOutOfMemory, InvalidArgument, InvalidState, ModelInfo,
+                                Unsupported)
 
 from waste.adapters.native.options import NativeOptions
 
@@ -32,13 +36,28 @@ SOURCE_HEADER = Path(__file__).resolve().parents[4] / "native" / "include" / "wa
 _INT32 = (-(2**31), 2**31 - 1)
 
 
+# libwaste status -> the port's exception (docs/ENGINE.md §1). The one status table.
+ERRORS: dict[int, type[EngineError]] = {
+    lib.WASTE_E_IO: EngineIOError, lib.WASTE_E_FORMAT: EngineFormatError,
+    lib.WASTE_E_BUDGET: BudgetExceeded, lib.WASTE_E_NOMEM: EngineOutOfMemory,
+    lib.WASTE_E_ARG: InvalidArgument, lib.WASTE_E_UNSUPPORTED: Unsupported,
+    lib.WASTE_E_CANCELLED: Cancelled, lib.WASTE_E_BUSY: EngineBusy,
+    lib.WASTE_E_STATE: InvalidState, lib.WASTE_E_SPACE: BufferTooSmall,
+    lib.WASTE_E_CTX: ContextFull,
+}
+
+
 def fail(status: int, detail: str) -> NoReturn:
-    """Raise ``EngineError(status, detail)``: the only place a status becomes an exception.
+    """Raise the port's exception for ``status``: the only place a status becomes one.
 
     libwaste's statuses arrive through ``check``; Python-side refusals of the same kind
     (a closed context, a bad argument, an unreadable chat.json) call this directly.
     """
-    raise EngineError(int(status), detail)
+    kind = ERRORS.get(int(status))
+    if kind is None:
+        name = ffi.string(lib.waste_status_name(int(status))).decode("utf-8", "replace")
+        raise EngineError(f"libwaste status {int(status)} ({name}): {detail}")
+    raise kind(detail)
 
 
 def check(status: int, detail: str | Callable[[], str]) -> None:
@@ -83,7 +102,7 @@ def check_api_version(header: Path = SOURCE_HEADER) -> None:
 
 @attrs.frozen(kw_only=True)
 class MemoryPlan:
-    """What open would allocate, from the manifest alone (``waste_plan``, engine.md §5)."""
+    """What open would allocate, from the manifest alone (``waste_plan``, docs/ENGINE.md §5)."""
 
     trunk_bytes: int
     state_bytes: int

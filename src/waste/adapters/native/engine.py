@@ -2,19 +2,24 @@
 
 Generation runs ``waste_generate`` with a cffi ``extern "Python"`` callback; a Python
 exception raised by ``on_token`` stops the C loop (the callback returns 1) and is re-raised
-once ``waste_generate`` has returned, so no exception ever crosses C.
+once ``waste_generate`` has returned, so no exception ever crosses C. ``open_native_engine``
+owns both contexts for a server's lifetime: it opens them, and saves the hotlist and closes
+them on exit. Besides the port, ``NativeEngine`` exposes libwaste's own steps (``reset``,
+``generate_ids``, ``eval``, images, ``save_usage``) for tools and tests.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, AsyncIterator, Callable, Sequence
 
 import attrs
+import trio
 
-from waste.domain.engine import (EngineStats, GenerationResult, SamplingParams, TokenCallback,
-                                 TokenEvent)
+from waste.domain.ports import (Cancelled, EngineError, EngineStats, GenerationResult, Prompt,
+                                SamplingParams, TokenCallback, TokenEvent, fit_to_context)
 
 from waste.adapters.native.context import NativeContext, fail, ffi, int32_array, lib
 from waste.adapters.native.options import NativeOptions
@@ -153,9 +158,29 @@ class NativeEngine(NativeContext):
             self._check(lib.waste_eval(ctx, array, len(ids), logits, vocab))
         return ffi.unpack(logits, vocab)
 
-    def generate(self, prompt: Sequence[int], params: SamplingParams,
-                 on_token: TokenCallback) -> NativeGenerationResult:
-        """Prefill ``prompt``, then sample until a stop id, ``max_tokens``, a full context or
+    def generate(self, prompt: Prompt, params: SamplingParams, on_token: TokenCallback, *,
+                 is_cancelled: Callable[[], bool] | None = None) -> NativeGenerationResult:
+        """The Engine port's ``generate``: reset, queue and expand the images, cut
+        ``max_tokens`` to the room left, then ``generate_ids``.
+
+        Raises:
+            EngineError: as ``Engine.generate`` says (ContextFull carries both numbers when
+                the expanded prompt does not fit).
+        """
+        self.reset()
+        if is_cancelled is not None and is_cancelled():
+            raise Cancelled("the request was cancelled before generation started")
+        ids = list(prompt.ids)
+        if prompt.images:
+            for image in prompt.images:
+                self.add_image(image.rgb, image.width, image.height)
+            ids = self.expand_images(ids)
+        params = fit_to_context(params, len(ids), self._info.ctx_tokens)
+        return self.generate_ids(ids, params, on_token)
+
+    def generate_ids(self, prompt: Sequence[int], params: SamplingParams,
+                     on_token: TokenCallback) -> NativeGenerationResult:
+        """From the current position (no reset): prefill ``prompt``, then sample until a stop id, ``max_tokens``, a full context or
         ``on_token`` returning True (``stop_reason`` "callback"). The result's ``tail``
         holds the bytes of a multi-byte character the stop cut (see NativeGenerationResult).
 
@@ -277,6 +302,37 @@ class NativeTokenizer(NativeContext):
             EngineError: as ``NativeEngine.open`` (weights are not loaded, so no E_BUDGET).
         """
         return cls(path, (options or NativeOptions()).for_tokenizer())
+
+
+@contextlib.asynccontextmanager
+async def open_native_engine(path: str | Path, options: Any
+                             ) -> AsyncIterator[tuple[NativeEngine, NativeTokenizer]]:
+    """Own the engine and its tokenizer for a server's lifetime (see ``open_native``).
+
+    The blocking open runs in a thread and is waited for even when cancelled (``waste_open``
+    cannot be aborted, and an abandoned thread would outlive the engine). On exit the expert
+    hotlist is saved (a failure is logged only, docs/HTTP.md §6) and both contexts close,
+    shielded from cancellation.
+
+    Raises:
+        EngineError: as ``open_native``.
+    """
+    with trio.CancelScope(shield=True):
+        engine, tokenizer = await trio.to_thread.run_sync(open_native, path, options)
+    try:
+        yield engine, tokenizer
+    finally:
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(_save_and_close, engine, tokenizer)
+
+
+def _save_and_close(engine: NativeEngine, tokenizer: NativeTokenizer) -> None:
+    try:
+        engine.save_usage()
+    except EngineError as exc:
+        log.warning("expert hotlist not saved: %s", exc)
+    engine.close()
+    tokenizer.close()
 
 
 def open_native(path: str | Path, options: Any) -> tuple[NativeEngine, NativeTokenizer]:

@@ -1,6 +1,6 @@
 """Open-time options for libwaste: ``NativeOptions`` mirrors ``waste_cfg`` field for field.
 
-``NativeOptions.from_settings`` reads the server's flags (http.md §9) from any object that
+``NativeOptions.from_settings`` reads the server's flags (docs/HTTP.md §9) from any object that
 has them as attributes, so the composition root never touches cffi types.
 """
 
@@ -43,7 +43,7 @@ def _optional_text(instance: Any, attribute: attrs.Attribute, value: Any) -> Non
 
 @attrs.frozen(kw_only=True)
 class NativeOptions:
-    """``waste_cfg`` as a value; defaults are the library's (engine.md §2).
+    """``waste_cfg`` as a value; defaults are the library's (docs/ENGINE.md §2).
 
     ``ctx_tokens`` 0 means 4096, ``ram_budget_bytes`` 0 the automatic budget, ``n_threads``
     0 one per allowed CPU, ``usage_path`` None ``<container>/usage.waste`` and "" none.
@@ -67,7 +67,7 @@ class NativeOptions:
 
     @classmethod
     def from_settings(cls, settings: Any) -> "NativeOptions":
-        """Options from an object carrying the server's flags as attributes (http.md §9).
+        """Options from an object carrying the server's flags as attributes (docs/HTTP.md §9).
 
         Reads ``budget`` (bytes), ``ctx``, ``threads``, ``cpus`` (str or None), ``cache``
         ("lfru"/"lru"), ``direct_io`` (False for --no-direct-io), ``vision``, ``verify``,

@@ -1,0 +1,17 @@
+/* snapshot.h — the conversation state as bytes (snapshot.c, docs/FORMAT.md §7): token
+ * ids, MLA latents, KDA conv taps and recurrent state, with a crc32. Not public. The
+ * caller (api.c) holds the busy flag and has refused tokenizer-only and poisoned ctxs. */
+#ifndef WASTE_SNAPSHOT_H
+#define WASTE_SNAPSHOT_H
+
+#include "internal.h"
+
+/* Bytes of a snapshot at the current position. */
+uint64_t wsnap_size(const waste_ctx *ctx);
+/* Writes the snapshot to buf; *n_out = its size, also when cap is too small (E_SPACE). */
+int32_t wsnap_save(waste_ctx *ctx, void *buf, uint64_t cap, uint64_t *n_out);
+/* Validates buf whole (magic, version, model, size, crc, ids) before it restores anything:
+ * a refused snapshot leaves the state as it was. */
+int32_t wsnap_load(waste_ctx *ctx, const void *buf, uint64_t len);
+
+#endif

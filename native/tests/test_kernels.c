@@ -1,0 +1,139 @@
+/* test_kernels.c — the int4 and mxfp4 weight formats (docs/FORMAT.md §2) at the kernel
+ * level: the decode tables (E2M1 magnitudes with the sign on bit 3, E8M0 = 2^(e−127)), the
+ * byte layout of a row (low nibble = even column), that every dot kernel equals the
+ * lane-striped f32 dot of the decoded row, and that the generic, AVX2 and AVX-512 kernel
+ * sets give the same bits. Like test_numerics it reaches internal functions (src/internal.h,
+ * linked from libwaste.a): bit-identity is a property of the implementation. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+static int failures;
+#define CHECK(c) do { if (!(c)) { printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, #c); failures++; } } while (0)
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static uint32_t rnd(void) { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return (uint32_t)(rng >> 32); }
+static float rndf(void) { return (float)((int32_t)(rnd() >> 8) - (1 << 23)) / (float)(1 << 23); }
+static uint32_t bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+
+static void decode_tables(void) {
+    static const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+    for (int n = 0; n < 16; n++) {
+        float want = (n & 8) ? -mag[n & 7] : mag[n & 7];
+        CHECK(bits(wk_e2m1((uint8_t)n)) == bits(want));
+        CHECK((float)wk_e2m1x2[n] == 2.0f * want);
+    }
+    for (int e = 0; e < 255; e++) {
+        CHECK(wk_e8m0((uint8_t)e) == ldexpf(1.0f, e - 127));
+        CHECK(wk_e8m0_half((uint8_t)e) == ldexpf(1.0f, e - 128));
+        for (int n = 0; n < 16; n++)   /* the kernels' product is the table's product, in value */
+            CHECK((float)wk_e2m1x2[n] * wk_e8m0_half((uint8_t)e) == wk_e2m1((uint8_t)n) * wk_e8m0((uint8_t)e));
+    }
+    CHECK(isnan(wk_e8m0(255)) && isnan(wk_e8m0_half(255)));
+    CHECK(wk_e8m0(0) > 0.0f && wk_e8m0(0) < 1.1754944e-38f);   /* 2^−127 kept as a subnormal */
+}
+
+/* One int4 row of 64 columns, group 32, written by hand. */
+static void int4_layout(void) {
+    uint8_t row[2 * (2 + 16)];
+    memset(row, 0, sizeof row);
+    uint16_t s0 = 0x3800, s1 = 0x0001;   /* fp16 0.5 and the smallest subnormal 2^−24 */
+    memcpy(row, &s0, 2); memcpy(row + 18, &s1, 2);
+    row[2] = 0x9F;                        /* col 0: 15−8 = 7, col 1: 9−8 = 1 */
+    row[3] = 0x08;                        /* col 2: 0, col 3: 0−8 = −8 */
+    row[20] = 0x70;                       /* col 32: −8, col 33: −1 */
+    wm_mat m = {WF_INT4, 32, 1, 64, wf_row_bytes(WF_INT4, 32, 64), row};
+    CHECK(m.row_bytes == sizeof row);
+    float out[64];
+    wk_decode_row(&m, 0, out);
+    CHECK(out[0] == 3.5f && out[1] == 0.5f && out[2] == 0.0f && out[3] == -4.0f && out[4] == -4.0f);
+    CHECK(out[32] == -8.0f * ldexpf(1.0f, -24) && out[33] == -ldexpf(1.0f, -24) && out[34] == -8.0f * ldexpf(1.0f, -24));
+}
+
+/* One mxfp4 row of 64 columns: per group the E8M0 byte then 16 bytes, low nibble first. */
+static void mxfp4_layout(void) {
+    uint8_t row[2 * 17];
+    memset(row, 0, sizeof row);
+    row[0] = 128;                         /* scale 2 */
+    row[1] = 0xF7;                        /* col 0: +6·2 = 12, col 1: −6·2 = −12 */
+    row[2] = 0x19;                        /* col 2: −0.5·2 = −1, col 3: 0.5·2 = 1 */
+    row[17] = 0;                          /* scale 2^−127 */
+    row[18] = 0x05;                       /* col 32: 3·2^−127, col 33: 0 */
+    wm_mat m = {WF_MXFP4, 32, 1, 64, wf_row_bytes(WF_MXFP4, 32, 64), row};
+    CHECK(m.row_bytes == sizeof row);
+    float out[64];
+    wk_decode_row(&m, 0, out);
+    CHECK(out[0] == 12.0f && out[1] == -12.0f && out[2] == -1.0f && out[3] == 1.0f && out[4] == 0.0f);
+    CHECK(out[32] == 3.0f * ldexpf(1.0f, -127) && out[33] == 0.0f);
+    uint32_t r = 99, g = 99;
+    CHECK(!wk_mxfp4_find_nan_scale(row, 1, 64, &r, &g));
+    row[17] = 255;
+    CHECK(wk_mxfp4_find_nan_scale(row, 1, 64, &r, &g) && r == 0 && g == 1);
+}
+
+/* Random rows: every kernel set equals generic bit for bit, and generic equals the f32
+ * lane-striped dot of the decoded row. Scales span fp16 subnormals and E8M0 0..160. */
+static int kernel_sets_agree(void) {
+    const wk_kernels *sets[3] = {wk_select(WASTE_KERNELS_GENERIC, NULL), wk_select(WASTE_KERNELS_AVX2, NULL),
+                                 wk_select(WASTE_KERNELS_AVX512, NULL)};
+    static const uint32_t ns[] = {32, 128, 256, 1408, 4096};
+    int compared = 0;
+    for (int f = 0; f < 3; f++) {
+        int32_t fmt = f == 2 ? WF_MXFP4 : WF_INT4;
+        uint32_t group = f == 1 ? 128 : 32;
+        for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
+            uint32_t n = ns[k];
+            if (n % group) continue;
+            uint64_t rb = wf_row_bytes(fmt, group, n);
+            uint8_t *row = malloc(rb);
+            float *x = malloc(n * sizeof *x), *w = malloc(n * sizeof *w);
+            for (int trial = 0; trial < 20; trial++) {
+                for (uint64_t i = 0; i < rb; i++) row[i] = (uint8_t)rnd();
+                for (uint32_t g = 0; g < n / group; g++) {
+                    if (fmt == WF_MXFP4) {
+                        uint8_t e = (uint8_t)(rnd() % 161);
+                        if (trial == 0) e = (uint8_t)(g % 2);   /* the subnormal scales 2^−127, 2^−126 */
+                        row[g * 17] = e;
+                    } else {
+                        uint16_t s = (uint16_t)(rnd() & 0x7BFF);   /* finite, any sign of exponent */
+                        if (trial == 0) s = (uint16_t)(rnd() & 0x03FF);   /* fp16 subnormals */
+                        memcpy(row + g * (2 + group / 2), &s, 2);
+                    }
+                }
+                for (uint32_t i = 0; i < n; i++) x[i] = rndf();
+                wm_mat m = {fmt, group, 1, n, rb, row};
+                wk_decode_row(&m, 0, w);
+                float ref = wk_dot_f32_generic(w, x, n);
+                float gen = wk_dot_row(sets[0], &m, 0, x);
+                CHECK(bits(gen) == bits(ref));
+                for (int s = 1; s < 3; s++) {
+                    if (!sets[s]) continue;
+                    float got = wk_dot_row(sets[s], &m, 0, x);
+                    if (bits(got) != bits(gen)) {
+                        printf("FAIL: %s %s g%u n=%u trial %d: %a vs generic %a\n", sets[s]->name, wf_name(fmt), group, n,
+                               trial, got, gen);
+                        failures++;
+                    }
+                    compared++;
+                }
+            }
+            free(row); free(x); free(w);
+        }
+    }
+    return compared;
+}
+
+int main(void) {
+    decode_tables();
+    int4_layout();
+    mxfp4_layout();
+    int compared = kernel_sets_agree();
+    printf("test_kernels: int4/mxfp4 decode tables checked; %d SIMD dot products compared with generic (%s%s)\n", compared,
+           wk_select(WASTE_KERNELS_AVX2, NULL) ? "avx2" : "no avx2", wk_select(WASTE_KERNELS_AVX512, NULL) ? ", avx512" : ", no avx512");
+    if (failures) { printf("test_kernels: %d failure(s)\n", failures); return 1; }
+    printf("test_kernels: ok\n");
+    return 0;
+}
