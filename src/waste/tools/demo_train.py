@@ -51,13 +51,16 @@ COMMON = dict(min_lr_ratio=0.05, betas=(0.9, 0.95), weight_decay=0.05, clip=1.0,
 # cosine at 16 conversations a batch. It had learned the format but not yet to copy from the
 # question, so phase 2 re-warmed to 2e-3 at 8 a batch (more updates for the time) on a cosine
 # meant to end at step 2000; at step 1000 the machine's load made that too long for the day,
-# so phase 3 decays from where phase 2 stood to step 1500. Each phase's lr: linear warmup
+# so phase 3 decays from where phase 2 stood to step 1500. At 1500 the replies were well
+# formed and the reasoning mostly right, but a third of the answers exact; phase 4 re-warms to
+# 1e-3 and decays again over 400 steps (what the time left allowed). Each phase's lr: linear warmup
 # from its first step, then a cosine from ``origin`` + warmup down to min_lr_ratio × lr at
 # ``horizon``.
 PHASES = (
     dict(until=600, per_batch=16, lr=3e-3, warmup=50, origin=0, horizon=850),
     dict(until=1000, per_batch=8, lr=2e-3, warmup=0, origin=600, horizon=2000),
     dict(until=1500, per_batch=8, lr=1.6418e-3, warmup=0, origin=1000, horizon=1500),
+    dict(until=1900, per_batch=8, lr=1e-3, warmup=0, origin=1500, horizon=1900),
 )
 
 
