@@ -75,10 +75,10 @@ def test_every_held_out_reply_is_well_formed(held_out):
 
 
 # The committed weights are well formed on every held-out conversation but score below the
-# issue's bar (manifest.json "held_out_engine"): these two stay strict xfails, so a retrained
-# model that meets the bar turns them into failures until the marks are removed.
+# issue's bar (manifest.json "held_out_engine"): a strict xfail, so a retrained model that
+# meets the bar turns it into a failure until the mark is removed.
 BELOW_THE_BAR = pytest.mark.xfail(strict=True, reason="the committed demo model (1,900 steps) is "
-                                  "right on about half the held-out questions, not 95 %")
+                                  "right on 53 of 108 held-out questions (49 %), not 95 %")
 
 
 @BELOW_THE_BAR
@@ -92,7 +92,6 @@ def test_held_out_answers_are_right(held_out):
     assert len(wrong) <= 0.05 * len(held_out), (dict(right), wrong)
 
 
-@BELOW_THE_BAR
 def test_the_issue_s_three_questions_are_answered_right(served):
     with httpx.Client(base_url=served, timeout=120) as client:
         def ask(messages, **extra):
