@@ -142,7 +142,7 @@ def _banner(url: str, settings: Settings) -> str:
     key = " -H 'Authorization: Bearer YOUR_API_KEY'" if settings.api_key else ""
     return (f"listening on {url}\n"
             f"  try:        curl -s {url}/v1/chat/completions -H 'Content-Type: application/json'{key} \\\n"
-            f"                -d '{{\"messages\":[{{\"role\":\"user\",\"content\":\"What is 47 plus 38?\"}}]}}'\n"
+            f"                -d '{{\"temperature\":0,\"messages\":[{{\"role\":\"user\",\"content\":\"What is 47 plus 38?\"}}]}}'\n"
             f"  Open-WebUI: connection URL {url}/v1 (Settings > Connections > OpenAI API)")
 
 
