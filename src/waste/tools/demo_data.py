@@ -216,6 +216,7 @@ def _is_held_out(family: str, key: tuple, text: str) -> bool:
 def _question(family: str, rng: random.Random, held_out: bool) -> tuple[str, Reply, tuple]:
     """(user text, reply, question key) for one family, drawn from the requested side of the
     split."""
+    key: tuple[object, ...]
     while True:
         if family == "add":
             a, b, q = rng.randrange(100), rng.randrange(100), rng.randrange(len(ADD_Q))

@@ -34,7 +34,7 @@ def prompt_segments(body: dict) -> tuple[list[Segment], bool]:
 
 def reply_segments(message: dict, *, thinking: bool) -> list[Segment]:
     """The segments the model writes for the assistant ``message``: its render without the
-    generation prompt it starts with (xtml.md §6 round trip), ending with ``<|end_of_msg|>``."""
+    generation prompt it starts with (docs/XTML.md §6 round trip), ending with ``<|end_of_msg|>``."""
     prompt = render_segments([], thinking=thinking)
     whole = render_segments([message], thinking=thinking, add_generation_prompt=False)
     if whole[:len(prompt)] != prompt:

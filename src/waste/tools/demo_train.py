@@ -18,6 +18,7 @@ import random
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import tiktoken
 import torch
@@ -34,7 +35,7 @@ SPECIALS = XTML_SPECIALS + (EOS,)
 CORPUS_CONVERSATIONS = 3000
 
 # hidden 128; KDA, KDA, MLA, KDA; layer 0 dense, then 8 routed experts (top 2) + 1 shared.
-MODEL = dict(
+MODEL: dict[str, Any] = dict(
     vocab_size=VOCAB, hidden_size=128, num_hidden_layers=4,
     layer_types=["linear_attention", "linear_attention", "full_attention", "linear_attention"],
     mlp_layer_types=["dense", "sparse", "sparse", "sparse"],
@@ -46,7 +47,7 @@ MODEL = dict(
     tie_word_embeddings=False, rms_norm_eps=1e-5, model_max_length=4096,
 )
 
-COMMON = dict(min_lr_ratio=0.05, betas=(0.9, 0.95), weight_decay=0.05, clip=1.0, bias_rate=1e-3)
+COMMON: dict[str, Any] = dict(min_lr_ratio=0.05, betas=(0.9, 0.95), weight_decay=0.05, clip=1.0, bias_rate=1e-3)
 # The recipe, in phases, exactly as it ran. Phase 1 is the first 600 steps of an 850-step
 # cosine at 16 conversations a batch. It had learned the format but not yet to copy from the
 # question, so phase 2 re-warmed to 2e-3 at 8 a batch (more updates for the time) on a cosine
@@ -56,7 +57,7 @@ COMMON = dict(min_lr_ratio=0.05, betas=(0.9, 0.95), weight_decay=0.05, clip=1.0,
 # 1e-3 and decays again over 400 steps (what the time left allowed). Each phase's lr: linear warmup
 # from its first step, then a cosine from ``origin`` + warmup down to min_lr_ratio × lr at
 # ``horizon``.
-PHASES = (
+PHASES: tuple[dict[str, Any], ...] = (
     dict(until=600, per_batch=16, lr=3e-3, warmup=50, origin=0, horizon=850),
     dict(until=1000, per_batch=8, lr=2e-3, warmup=0, origin=600, horizon=2000),
     dict(until=1500, per_batch=8, lr=1.6418e-3, warmup=0, origin=1000, horizon=1500),
@@ -85,7 +86,7 @@ class Tok:
 
     def segments(self, segs) -> list[int]:
         ids: list[int] = []
-        for seg in segs:  # xtml.md §1: each segment encoded on its own
+        for seg in segs:  # docs/XTML.md §1: each segment encoded on its own
             if seg.markup:
                 ids.append(self.special_ids[seg.text])
             else:
@@ -182,15 +183,15 @@ class RouterLoads:
         with torch.no_grad():
             for r, load in zip(self.routers, self.loads):
                 if load.sum() > 0:
-                    r.e_score_correction_bias += rate * torch.sign(load.mean() - load)
+                    r.e_score_correction_bias.add_(rate * torch.sign(load.mean() - load))
                     worst = max(worst, (load.max() / load.mean()).item())
                 load.zero_()
         return worst
 
 
-def phase_of(step: int) -> tuple[int, dict]:
+def phase_of(step: int) -> tuple[int, dict[str, Any]]:
     """(first step, settings) of the phase ``step`` belongs to."""
-    begin = 0
+    begin: int = 0
     for phase in PHASES:
         if step < phase["until"]:
             return begin, dict(COMMON, **phase)
@@ -213,7 +214,9 @@ def held_out_score(model, tok: Tok, examples) -> tuple[float, float]:
     """(mean reply-token accuracy, share of replies whose every token is the argmax) under
     teacher forcing: the second is what greedy decoding gets exactly right."""
     model.eval()
-    tok_ok = tok_n = exact = 0
+    tok_ok: float = 0
+    tok_n: float = 0
+    exact: float = 0
     for i in range(0, len(examples), 24):
         ids, labels = batch_of(tok, examples[i:i + 24])
         pred = model(input_ids=ids).logits[:, :-1].argmax(-1)
