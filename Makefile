@@ -7,8 +7,10 @@ PY := $(VENV)/bin/python
 PORT ?= 8000
 HOST ?= 127.0.0.1
 MODEL ?= models/default.waste
+SYNTHETIC ?= models/synthetic.waste
+DEMO := data/demo-model
 
-.PHONY: setup native serve serve-fake test lint test-unit test-contract test-engine clean fuzz fuzz-deps
+.PHONY: setup native serve serve-synthetic serve-fake train-demo test lint test-unit test-contract test-engine clean fuzz fuzz-deps
 
 setup: $(VENV)/.installed
 
@@ -21,13 +23,25 @@ $(VENV)/.installed: pyproject.toml setup.py $(wildcard native/src/*.c native/src
 native:
 	$(MAKE) -C native
 
-# The main job: build the embedded default model (a deterministic synthetic container) and
-# serve it on the real engine.
-$(MODEL): | setup
-	$(PY) -m waste.tools.make_container $(MODEL)
+# The main job: build the embedded default model (the trained demo model committed in
+# data/demo-model, converted in seconds) and serve it on the real engine.
+$(MODEL): $(wildcard $(DEMO)/*.json $(DEMO)/*.safetensors $(DEMO)/tiktoken.model) | setup
+	$(PY) -m waste.tools.convert $(DEMO) $(MODEL) --overwrite
 
 serve: setup $(MODEL)
 	$(PY) -m waste $(MODEL) --host $(HOST) --port $(PORT)
+
+# A deterministic random-weight container (for tests and benches: it proves the path, its
+# words are noise).
+$(SYNTHETIC): | setup
+	$(PY) -m waste.tools.make_container $(SYNTHETIC)
+
+serve-synthetic: setup $(SYNTHETIC)
+	$(PY) -m waste $(SYNTHETIC) --host $(HOST) --port $(PORT)
+
+# Retrain the demo model into data/demo-model (README "The demo model"; never run by CI).
+train-demo: setup
+	$(PY) -m waste.tools.demo_train $(DEMO)
 
 # The scripted fake engine: for client developers and black-box tests.
 serve-fake: setup

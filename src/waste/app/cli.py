@@ -142,10 +142,20 @@ async def _serve(settings: Settings) -> int:
         await nursery.start(_handle_signals, service, stop)
         nursery.start_soon(_stop_on_load_failure, service, stop, load_failed)
         shown = settings.host if ":" not in settings.host else f"[{settings.host}]"
-        print(f"listening on http://{shown}:{port}", flush=True)
+        print(_banner(f"http://{shown}:{port}", settings), flush=True)
         await serve(app, _hypercorn_config(sock, settings), shutdown_trigger=stop.wait)
         nursery.cancel_scope.cancel()
     return 1 if load_failed.is_set() else 0
+
+
+def _banner(url: str, settings: Settings) -> str:
+    """What a person sees once the server listens: where, one request that shows an answer,
+    and the URL for Open-WebUI. The first line stays ``listening on URL`` (scripts read it)."""
+    key = " -H 'Authorization: Bearer YOUR_API_KEY'" if settings.api_key else ""
+    return (f"listening on {url}\n"
+            f"  try:        curl -s {url}/v1/chat/completions -H 'Content-Type: application/json'{key} \\\n"
+            f"                -d '{{\"temperature\":0,\"messages\":[{{\"role\":\"user\",\"content\":\"What is 47 plus 38?\"}}]}}'\n"
+            f"  Open-WebUI: connection URL {url}/v1 (Settings > Connections > OpenAI API)")
 
 
 async def _handle_signals(service: GenerationService, stop: trio.Event, *,

@@ -1,0 +1,57 @@
+"""The demo model's conversations: deterministic, split by question, and every reply in the
+exact grammar the server's reply parser reads back."""
+
+from __future__ import annotations
+
+import json
+
+from waste.domain.xtml.reply import RegionParser
+from waste.tools import demo_data
+from waste.tools.demo_domain import prompt_segments, reply_segments
+
+
+def _questions(examples) -> set[str]:
+    return {ex.body["messages"][-1]["content"] if ex.family != "time_result"
+            else ex.body["messages"][-3]["content"] for ex in examples}
+
+
+def test_training_draws_are_a_pure_function_of_seed_and_step():
+    a = demo_data.training_examples(0, 7, 30)
+    assert a == demo_data.training_examples(0, 7, 30)
+    assert a != demo_data.training_examples(0, 8, 30)
+    assert a != demo_data.training_examples(1, 7, 30)
+
+
+def test_held_out_questions_are_never_trained_on():
+    held = demo_data.held_out_examples(0, 12)
+    assert {ex.family for ex in held} == set(demo_data.FAMILIES)
+    trained = [ex for step in range(100) for ex in demo_data.training_examples(0, step, 40)]
+    # A question is its text (number pair, word, phrasing, city); time questions are split
+    # by (city, phrasing), so the same text never appears on both sides.
+    assert not _questions(held) & _questions(trained)
+
+
+def test_every_reply_parses_back_to_the_intended_message():
+    for ex in demo_data.held_out_examples(3, 4) + demo_data.training_examples(3, 0, 60):
+        prompt, thinking = prompt_segments(ex.body)
+        assert prompt[-2].text == ("think" if thinking else "response")
+        parser = RegionParser(thinking=thinking)
+        parser.feed("".join(s.text for s in reply_segments(ex.reply.message(), thinking=thinking)))
+        parser.finish()
+        assert parser.done
+        assert demo_data.grade(ex, parser.message()) == (True, True), ex
+
+
+def test_the_grader_tells_wrong_and_malformed_apart():
+    add = demo_data.make_example("add", __import__("random").Random(1), held_out=False)
+    good = {"reasoning_content": add.reply.reasoning, "content": add.reply.content}
+    assert demo_data.grade(add, good) == (True, True)
+    assert demo_data.grade(add, {**good, "content": "1 + 1 = 3."}) == (True, False)
+    assert demo_data.grade(add, {"content": add.reply.content}) == (False, False)
+    call = demo_data.make_example("time_call", __import__("random").Random(1), held_out=False)
+    name, args = call.reply.calls[0]
+    tool_call = {"type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+    assert demo_data.grade(call, {"reasoning_content": "x", "tool_calls": [tool_call]}) == (True, True)
+    bad_args = {**tool_call, "function": {"name": name, "arguments": '{"tz": "Mars/Base"}'}}
+    assert demo_data.grade(call, {"reasoning_content": "x", "tool_calls": [bad_args]}) == (True, False)
+    assert demo_data.grade(call, {"reasoning_content": "x", "content": "It is noon."}) == (False, False)
