@@ -235,3 +235,64 @@ def test_every_completion_validation_row(client, row):
     err = r.json()["error"]
     assert (err["code"], err["param"]) == (code, param)
     assert text in err["message"]
+
+
+def _alone(client, path: str, request: dict, index: int) -> dict:
+    """Choice ``index`` of an n > 1 request, asked for on its own: n=1 with seed + index."""
+    return client.post(path, json=dict(request, n=1, seed=request["seed"] + index)).json()
+
+
+def test_n_choices_are_the_single_requests_with_seed_plus_index(client):
+    """n=3: three choices, index 0..2, choice i the reply to the same request with seed + i
+    (its logprobs and finish reason too); usage counts the prompt once, every choice's tokens."""
+    request = user("Tell me a story", temperature=1.0, seed=77, n=3, logprobs=True, top_logprobs=2)
+    body = client.post("/v1/chat/completions", json=request).json()
+    assert [c["index"] for c in body["choices"]] == [0, 1, 2]
+    alone = [_alone(client, "/v1/chat/completions", request, i) for i in range(3)]
+    for choice, single in zip(body["choices"], alone):
+        assert choice["message"] == single["choices"][0]["message"]
+        assert choice["logprobs"] == single["choices"][0]["logprobs"]
+        assert choice["finish_reason"] == single["choices"][0]["finish_reason"]
+    assert body["usage"]["prompt_tokens"] == alone[0]["usage"]["prompt_tokens"]
+    assert body["usage"]["completion_tokens"] == sum(a["usage"]["completion_tokens"] for a in alone)
+    assert body["usage"]["total_tokens"] == body["usage"]["prompt_tokens"] + body["usage"]["completion_tokens"]
+    assert body["waste"]["seed"] == 77
+
+
+def test_n_choices_stream_with_their_index(client):
+    request = user("Tell me a story", temperature=1.0, seed=5, n=2, stream=True,
+                   stream_options={"include_usage": True})
+    _, events = stream(client, "/v1/chat/completions", request)
+    assert events[-1] == "[DONE]"
+    chunks = [e for e in events[:-1] if e["choices"]]
+    blocking = client.post("/v1/chat/completions", json=dict(request, stream=False)).json()
+    for index in (0, 1):
+        mine = [c for c in chunks if c["choices"][0]["index"] == index]
+        assert mine[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+        joined = join_deltas(mine)
+        message = blocking["choices"][index]["message"]
+        assert joined["content"] == (message["content"] or "")
+        assert joined["reasoning"] == message.get("reasoning_content", "")
+        assert joined["finish_reason"] == blocking["choices"][index]["finish_reason"]
+    # choice 0 streams whole before choice 1 starts
+    order = [c["choices"][0]["index"] for c in chunks]
+    assert order == sorted(order)
+    assert events[-2]["choices"] == [] and events[-2]["usage"] == blocking["usage"]
+
+
+def test_n_completions_blocking_and_streamed(client):
+    request = {"prompt": "abc", "temperature": 1.0, "seed": 9, "n": 2, "logprobs": 1}
+    body = client.post("/v1/completions", json=request).json()
+    assert [c["index"] for c in body["choices"]] == [0, 1]
+    alone = [_alone(client, "/v1/completions", request, i) for i in range(2)]
+    for choice, single in zip(body["choices"], alone):
+        assert choice["text"] == single["choices"][0]["text"]
+        assert choice["logprobs"] == single["choices"][0]["logprobs"]
+    assert body["usage"]["completion_tokens"] == sum(a["usage"]["completion_tokens"] for a in alone)
+    _, events = stream(client, "/v1/completions", dict(request, stream=True))
+    for index in (0, 1):
+        mine = [e for e in events[:-1] if e["choices"][0]["index"] == index]
+        assert "".join(e["choices"][0]["text"] for e in mine) == body["choices"][index]["text"]
+        offsets = [o for e in mine if e["choices"][0]["logprobs"]
+                   for o in e["choices"][0]["logprobs"]["text_offset"]]
+        assert offsets == sorted(offsets) and (not offsets or offsets[0] == 0)

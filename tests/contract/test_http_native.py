@@ -251,3 +251,30 @@ def test_top_logprobs_through_the_openai_sdk(served):
     lp = done.choices[0].logprobs
     assert len(lp.top_logprobs) == len(lp.tokens) and all(1 <= len(t) <= 3 for t in lp.top_logprobs)
     assert all(max(t.values()) == v for t, v in zip(lp.top_logprobs, lp.token_logprobs))
+
+
+def test_n_choices_through_the_openai_sdk(served):
+    """n=3 with top_logprobs on the real engine: three choices with their own index, seed
+    (seed + index) and logprobs; choices 1 and 2 restore the prompt from the prefix cache."""
+    import openai
+
+    client = openai.OpenAI(base_url=served[0] + "/v1", api_key="unused")
+    ask = dict(model="synthetic", messages=[{"role": "user", "content": "Count with me"}], max_tokens=8,
+               temperature=1.0, seed=40, logprobs=True, top_logprobs=3, extra_body={"thinking": False})
+    reply = client.chat.completions.create(n=3, **ask)
+    assert [c.index for c in reply.choices] == [0, 1, 2]
+    used = 0
+    for index, choice in enumerate(reply.choices):
+        single = client.chat.completions.create(**dict(ask, seed=40 + index))
+        used += single.usage.completion_tokens
+        alone = single.choices[0]
+        assert choice.message.content == alone.message.content
+        assert choice.finish_reason == alone.finish_reason
+        assert [e.token for e in choice.logprobs.content] == [e.token for e in alone.logprobs.content]
+        assert all(len(e.top_logprobs) == 3 for e in choice.logprobs.content)
+    assert reply.usage.completion_tokens == used
+    assert reply.usage.prompt_tokens == single.usage.prompt_tokens
+    done = client.completions.create(model="synthetic", prompt="Once upon", max_tokens=5, n=2, seed=3,
+                                     logprobs=2)
+    assert [c.index for c in done.choices] == [0, 1]
+    assert all(len(c.logprobs.tokens) == len(c.logprobs.top_logprobs) for c in done.choices)

@@ -200,8 +200,8 @@ CHAT_REFUSALS = [
     ("stop item number", chat(stop=["a", 1]), TYPE, "stop[1]", "string"),
     ("stop item empty", chat(stop=["a", ""]), VALUE, "stop[1]", "empty"),
     ("stop item null", chat(stop=[None]), TYPE, "stop[0]", "null"),
-    ("n two", chat(n=2), UNSUP, "n", "exactly one choice"),
-    ("n zero", chat(n=0), UNSUP, "n", "n=1"),
+    ("n nine", chat(n=9), VALUE, "n", "from 1 to 8"),
+    ("n zero", chat(n=0), VALUE, "n", "from 1 to 8"),
     ("n string", chat(n="1"), TYPE, "n", "integer"),
     ("n float", chat(n=1.0), TYPE, "n", "integer"),
     ("stream string", chat(stream="true"), TYPE, "stream", "boolean"),
@@ -267,7 +267,7 @@ COMPLETION_REFUSALS = [
     ("seed", prompt(seed=0.5), TYPE, "seed", "integer"),
     ("max_tokens", prompt(max_tokens=0), VALUE, "max_tokens", "at least 1"),
     ("stop", prompt(stop=["", "a"]), VALUE, "stop[0]", "empty"),
-    ("n", prompt(n=3), UNSUP, "n", "exactly one"),
+    ("n", prompt(n=9), VALUE, "n", "from 1 to 8"),
     ("stream", prompt(stream="yes"), TYPE, "stream", "boolean"),
     ("stream_options", prompt(stream=True, stream_options={"include_usage": None, "x": 1}, logprobs=True), TYPE, "logprobs", "integer"),
     ("stream_options when streaming", prompt(stream=True, stream_options={"include_usage": "yes"}), TYPE, "stream_options.include_usage", "boolean"),
@@ -297,8 +297,8 @@ def test_completion_refusals(body, code, param, text):
 
 def test_row_matcher_can_fail():
     """The substring column really constrains: a wrong substring or param fails the comparison."""
-    got = refusal(parse_chat_request, chat(n=2))
-    assert got != (UNSUP, "n", _Contains("no such phrase"))
+    got = refusal(parse_chat_request, chat(n=9))
+    assert got != (VALUE, "n", _Contains("no such phrase"))
     assert got != (UNSUP, "top_k", _Contains(""))
 
 
@@ -821,3 +821,10 @@ def test_top_logprobs_are_parsed():
     assert parse_chat_request(chat(logprobs=True, top_logprobs=20)).top_logprobs == 20
     assert parse_completion_request({"prompt": "x", "logprobs": 5}).top_logprobs == 5
     assert parse_completion_request({"prompt": "x", "logprobs": 0}).logprobs is True
+
+
+def test_n_is_the_choice_count():
+    """`n` from 1 to 8 is kept on both requests; absent is 1."""
+    assert parse_chat_request(chat(n=8)).n == 8
+    assert parse_chat_request(chat()).n == 1
+    assert parse_completion_request(prompt(n=3)).n == 3

@@ -14,6 +14,7 @@ import secrets
 import time
 from typing import Any, AsyncIterator, Callable, TypeVar
 
+import attrs
 import trio
 from quart import Response, request
 
@@ -22,8 +23,8 @@ from waste.adapters.http.exchange import hold, outcome
 from waste.adapters.http.metrics import RequestTimes
 from waste.adapters.http.state import ServerState
 from waste.adapters.http.wire import (SSE_KEEPALIVE, ChatChunks, CompletionChunks,
-                                      chat_response, completion_response, dumps, new_id, sse,
-                                      usage, waste_object)
+                                      chat_response, completion_response, dumps, new_id,
+                                      response_body, sse, usage, waste_object)
 from waste.domain.reply.assembler import ReplyAssembler
 from waste.domain.reply.constraint import AnswerConstraint
 from waste.domain.reply.text import TextReader
@@ -88,11 +89,19 @@ async def chat_completions(state: ServerState) -> Response:
     prompt = await state.tokenize_segments(plan.segments)
     params = _sampling(req, len(prompt), info.ctx_tokens, state.config.max_tokens,
                        plan.stop_ids, "messages")
-    assembler = ReplyAssembler.create(plan.new_reader(), req.stop)
-    job = Job(prompt=prompt, params=params, images=tuple(images), ctx_param="messages",
-              interactive=req.stream, priority=req.priority, assembler=assembler,
-              constraint=await _answer_constraint(state, req, plan, assembler))
-    return await _answer(state, job, req, "chatcmpl-", ChatChunks, chat_response)
+    jobs = []
+    for index in range(req.n):
+        assembler = ReplyAssembler.create(plan.new_reader(), req.stop)
+        jobs.append(Job(prompt=prompt, params=_choice_params(params, index), images=tuple(images),
+                        ctx_param="messages", interactive=req.stream, priority=req.priority,
+                        assembler=assembler,
+                        constraint=await _answer_constraint(state, req, plan, assembler)))
+    return await _answer(state, jobs, req, "chatcmpl-", ChatChunks, chat_response)
+
+
+def _choice_params(params: SamplingParams, index: int) -> SamplingParams:
+    """Choice ``index`` of an ``n > 1`` request samples with seed + index (mod 2**64)."""
+    return attrs.evolve(params, seed=(params.seed + index) % 2 ** 64)
 
 
 def _parse_chat(fmt, body: dict):
@@ -149,31 +158,41 @@ async def completions(state: ServerState) -> Response:
     stop_ids.update(state.chat_format.end_ids)
     params = _sampling(req, len(prompt), info.ctx_tokens, state.config.max_tokens,
                        sorted(stop_ids), "prompt")
-    reader = TextReader(stop_ids=frozenset(stop_ids))
-    job = Job(prompt=prompt, params=params, ctx_param="prompt",
-              interactive=req.stream, priority=req.priority, assembler=ReplyAssembler.create(reader, req.stop))
-    return await _answer(state, job, req, "cmpl-", CompletionChunks, completion_response)
+    jobs = [Job(prompt=prompt, params=_choice_params(params, index), ctx_param="prompt",
+                interactive=req.stream, priority=req.priority,
+                assembler=ReplyAssembler.create(TextReader(stop_ids=frozenset(stop_ids)), req.stop))
+            for index in range(req.n)]
+    return await _answer(state, jobs, req, "cmpl-", CompletionChunks, completion_response)
 
 
-async def _answer(state: ServerState, job: Job, req, id_prefix: str, chunks_type,
+async def _answer(state: ServerState, jobs: list[Job], req, id_prefix: str, chunks_type,
                   build_response) -> Response:
-    """Admission (docs/HTTP.md §2.1 step 10), then a stream or a blocking answer."""
-    events = state.service.admit(job)  # decided once; the place is held from here on
-    hold(functools.partial(state.service.leave, job))
+    """Admission (docs/HTTP.md §2.1 step 10) of every choice's job at once, then a stream or
+    a blocking answer. The jobs run one after another (one engine); from the second on the
+    engine's prefix cache restores the prompt's state, so only its last token is evaluated."""
+    admitted: list[tuple[Job, Any]] = []
+    try:
+        for job in jobs:  # decided once; the places are held from here on
+            admitted.append((job, state.service.admit(job)))
+            hold(functools.partial(state.service.leave, job))
+    except Exception:
+        for job, _ in admitted:  # refused as a whole: the admitted choices were never asked for
+            job.completed = True
+            state.service.leave(job)
+        raise
     ident = new_id(id_prefix)
     created = int(time.time())
     if req.stream:
         chunks = chunks_type(id=ident, created=created, model=state.config.model_id,
                              include_usage=req.include_usage, logprobs=req.logprobs)
-        return _stream(state, job, events, chunks, ident)
-    return await _blocking(state, job, events, ident, created, req.logprobs, build_response)
+        return _stream(state, admitted, chunks, ident)
+    return await _blocking(state, admitted, ident, created, req.logprobs, build_response)
 
 
-def _account(state: ServerState, job: Job, done: Finished, queue_ms: float,
-             arrived: float) -> tuple[dict, dict]:
-    """Usage and the ``waste`` object for a finished job; counts it in the metrics."""
+def _observe(state: ServerState, job: Job, done: Finished, queue_ms: float,
+             arrived: float) -> None:
+    """Count one finished choice in the metrics."""
     result = done.result
-    state.completed_requests += 1
     first = job.first_token_at
     state.metrics.observe(RequestTimes(
         queue_s=queue_ms / 1000, prefill_s=result.prefill_ms / 1000,
@@ -181,59 +200,100 @@ def _account(state: ServerState, job: Job, done: Finished, queue_ms: float,
         first_token_s=None if first is None else first - arrived,
         e2e_s=time.perf_counter() - arrived, prompt_tokens=done.prompt_tokens,
         generated_tokens=result.tokens_generated))
-    reader = job.assembler.reader
-    reasoning = None if isinstance(reader, TextReader) else job.assembler.reasoning_tokens
-    usage_body = usage(done.prompt_tokens, result.tokens_generated, reasoning,
+
+
+def _account(state: ServerState, finished: list[tuple[Job, Finished]],
+             queue_ms: float) -> tuple[dict, dict]:
+    """Usage and the ``waste`` object for a request whose choices all finished: the prompt
+    counted once, the completion tokens of every choice summed (so are the ``waste``
+    counters; ``cached_tokens`` and ``seed`` are the first choice's)."""
+    state.completed_requests += 1
+    first_job, first = finished[0]
+    results = [done.result for _, done in finished]
+    result = attrs.evolve(
+        first.result, tokens_generated=sum(r.tokens_generated for r in results),
+        experts_hit=sum(r.experts_hit for r in results),
+        experts_missed=sum(r.experts_missed for r in results),
+        bytes_read=sum(r.bytes_read for r in results),
+        prefill_ms=sum(r.prefill_ms for r in results),
+        decode_ms=sum(r.decode_ms for r in results))
+    reader = first_job.assembler.reader
+    reasoning = None if isinstance(reader, TextReader) else \
+        sum(job.assembler.reasoning_tokens for job, _ in finished)
+    usage_body = usage(first.prompt_tokens, result.tokens_generated, reasoning,
                        result.cached_tokens)
-    waste = waste_object(prompt_tokens=done.prompt_tokens, result=result, queue_ms=queue_ms,
-                         seed=job.params.seed, stats=state.engine.statistics(),
+    waste = waste_object(prompt_tokens=first.prompt_tokens, result=result, queue_ms=queue_ms,
+                         seed=first_job.params.seed, stats=state.engine.statistics(),
                          requests=state.completed_requests)
     return usage_body, waste
 
 
-async def _blocking(state: ServerState, job: Job, events, ident: str, created: int,
-                    logprobs: bool, build) -> Response:
+async def _blocking(state: ServerState, admitted: list[tuple[Job, Any]], ident: str,
+                    created: int, logprobs: bool, build) -> Response:
     queue_ms = 0.0
+    arrived = outcome()["arrived"]
+    finished: list[tuple[Job, Finished]] = []
     try:
-        async for event in events:
-            if isinstance(event, Started):
-                queue_ms = event.queue_ms
-            elif isinstance(event, Failed):
-                job.completed = True
-                raise event.error
-            elif isinstance(event, Finished):
-                job.completed = True
-                usage_body, waste = _account(state, job, event, queue_ms,
-                                             outcome()["arrived"])
-                finish = job.assembler.finish_reason(event.result.stop_reason)
-                body = build(id=ident, created=created, model=state.config.model_id,
-                             assembler=job.assembler, finish_reason=finish,
-                             usage_body=usage_body, waste=waste, logprobs=logprobs)
-                return Response(dumps(body), 200, {"x-request-id": ident},
-                                content_type="application/json")
+        for index, (job, events) in enumerate(admitted):
+            async for event in events:
+                if isinstance(event, Started):
+                    if index == 0:
+                        queue_ms = event.queue_ms
+                elif isinstance(event, Failed):
+                    job.completed = True
+                    raise event.error
+                elif isinstance(event, Finished):
+                    job.completed = True
+                    _observe(state, job, event, queue_ms, arrived)
+                    finished.append((job, event))
+                    break
+            else:
+                raise RuntimeError("the engine worker ended without an answer")
+        usage_body, waste = _account(state, finished, queue_ms)
+        choices = [build(index=index, assembler=job.assembler, logprobs=logprobs,
+                         finish_reason=job.assembler.finish_reason(done.result.stop_reason))
+                   for index, (job, done) in enumerate(finished)]
+        body = response_body(id=ident, created=created, model=state.config.model_id,
+                             object_name=build.object_name, choices=choices,
+                             usage_body=usage_body, waste=waste)
+        return Response(dumps(body), 200, {"x-request-id": ident},
+                        content_type="application/json")
     finally:
-        state.service.leave(job)
-    raise RuntimeError("the engine worker ended without an answer")
+        for job, _ in admitted:
+            state.service.leave(job)
 
 
-def _stream(state: ServerState, job: Job, events, chunks, ident: str) -> Response:
+def _stream(state: ServerState, admitted: list[tuple[Job, Any]], chunks,
+            ident: str) -> Response:
     # How the stream ends is its status in the metrics: 200 once [DONE] went out, an error
-    # event's status, or (never set) the client left first.
+    # event's status, or (never set) the client left first. Choices stream one after another,
+    # each chunk carrying its choice's ``index``.
     record = outcome()
-    timing = {"queue_ms": 0.0, "arrived": record["arrived"]}
-    render = functools.partial(_render_event, state, job, chunks, timing)
+    timing: dict[str, Any] = {"queue_ms": 0.0, "arrived": record["arrived"], "finished": []}
+    on_error = _record_error(record)
+
+    def errored(exc: BaseException) -> None:
+        timing["failed"] = True
+        on_error(exc)
 
     async def body():
         try:
-            writes = sse_writes(events, render, keepalive_s=state.config.keepalive_s,
-                                first=chunks.first(), on_error=_record_error(record))
-            async with contextlib.aclosing(writes):
-                async for text in writes:
-                    yield text
-                    if timing.get("done"):
-                        record["status"] = timing["done"]
+            for index, (job, events) in enumerate(admitted):
+                chunks.start_choice(index)
+                render = functools.partial(_render_event, state, job, chunks, timing,
+                                           index == len(admitted) - 1)
+                writes = sse_writes(events, render, keepalive_s=state.config.keepalive_s,
+                                    first=chunks.first(), on_error=errored)
+                async with contextlib.aclosing(writes):
+                    async for text in writes:
+                        yield text
+                        if timing.get("done"):
+                            record["status"] = timing["done"]
+                if timing.get("failed"):
+                    return
         finally:
-            state.service.leave(job)
+            for job, _ in admitted:
+                state.service.leave(job)
 
     response = Response(body(), 200, {
         "Content-Type": "text/event-stream", "Cache-Control": "no-cache",
@@ -293,10 +353,11 @@ async def sse_writes(events: trio.MemoryReceiveChannel,
         yield sse(envelope(to_api_error(exc)))
 
 
-def _render_event(state, job, chunks, timing: dict, event) -> tuple[str, bool]:
-    """One event as stream text, and whether the stream ends with it."""
+def _render_event(state, job, chunks, timing: dict, last: bool, event) -> tuple[str, bool]:
+    """One event as stream text, and whether this choice's events end with it."""
     if isinstance(event, Started):
-        timing["queue_ms"] = event.queue_ms
+        if not timing["finished"]:
+            timing["queue_ms"] = event.queue_ms
         return "", False
     if isinstance(event, Released):
         return chunks.outputs(event.outputs), False
@@ -304,13 +365,18 @@ def _render_event(state, job, chunks, timing: dict, event) -> tuple[str, bool]:
         job.completed = True
         error = to_api_error(event.error)
         timing["done"] = error.status
+        timing["failed"] = True
         return sse(envelope(error)), True
     if isinstance(event, Finished):
         job.completed = True
-        timing["done"] = 200
-        usage_body, waste = _account(state, job, event, timing["queue_ms"], timing["arrived"])
+        _observe(state, job, event, timing["queue_ms"], timing["arrived"])
+        timing["finished"].append((job, event))
         text = chunks.outputs(event.outputs)
         finish = job.assembler.finish_reason(event.result.stop_reason)
+        if not last:
+            return text + chunks.finish(finish), True
+        timing["done"] = 200
+        usage_body, waste = _account(state, timing["finished"], timing["queue_ms"])
         return text + chunks.final(finish, waste, usage_body), True
     return "", False
 

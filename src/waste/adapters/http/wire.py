@@ -122,14 +122,19 @@ class _Chunks:
         self.base = {"id": id, "object": self.object_name, "created": created, "model": model}
         self.include_usage = include_usage
         self.logprobs = logprobs
+        self.index = 0  # the choice the next chunks belong to (n > 1 streams them in turn)
 
     def _event(self, choice: dict, extra: dict | None = None) -> str:
-        body = dict(self.base, choices=[dict(index=0, **choice)])
+        body = dict(self.base, choices=[dict(index=self.index, **choice)])
         if self.include_usage:
             body["usage"] = None
         if extra:
             body.update(extra)
         return sse(body)
+
+    def start_choice(self, index: int) -> None:
+        """The next chunks belong to choice ``index`` (n > 1 streams the choices in turn)."""
+        self.index = index
 
     def first(self) -> str:
         """What goes out at admission (chat: the role chunk)."""
@@ -139,8 +144,13 @@ class _Chunks:
         """The chunk that carries ``finish_reason`` (each stream kind shapes its own)."""
         raise NotImplementedError
 
+    def finish(self, finish_reason: str) -> str:
+        """The finish chunk of a choice that is not the last."""
+        return self._finish(finish_reason, {})
+
     def final(self, finish_reason: str, waste: dict, usage_body: dict) -> str:
-        """The finish chunk (carrying ``waste``), the optional usage chunk, then [DONE]."""
+        """The last choice's finish chunk (carrying ``waste``), the optional usage chunk,
+        then [DONE]."""
         text = self._finish(finish_reason, {"waste": waste})
         if self.include_usage:
             text += sse(dict(self.base, choices=[], usage=usage_body, waste=waste))
@@ -188,6 +198,10 @@ class CompletionChunks(_Chunks):
         super().__init__(**kwargs)
         self.offset = 0
 
+    def start_choice(self, index: int) -> None:
+        super().start_choice(index)
+        self.offset = 0
+
     def chunk(self, text: str, *, finish_reason: str | None = None, logprobs=None,
               extra: dict | None = None) -> str:
         return self._event({"text": text, "logprobs": logprobs,
@@ -207,22 +221,33 @@ class CompletionChunks(_Chunks):
         return "".join(parts)
 
 
-def chat_response(*, id: str, created: int, model: str, assembler: ReplyAssembler,
-                  finish_reason: str, usage_body: dict, waste: dict, logprobs: bool) -> dict:
+def chat_response(*, index: int, assembler: ReplyAssembler, finish_reason: str,
+                  logprobs: bool) -> dict:
+    """One chat choice."""
     lp = None
     if logprobs:
         content = assembler.message().get("content")
         lp = {"content": logprob_entries(assembler.content_pieces) if content else []}
-    return {"id": id, "object": "chat.completion", "created": created, "model": model,
-            "choices": [{"index": 0, "message": assembler.message(), "logprobs": lp,
-                         "finish_reason": finish_reason}],
-            "usage": usage_body, "waste": waste}
+    return {"index": index, "message": assembler.message(), "logprobs": lp,
+            "finish_reason": finish_reason}
 
 
-def completion_response(*, id: str, created: int, model: str, assembler: ReplyAssembler,
-                        finish_reason: str, usage_body: dict, waste: dict, logprobs: bool) -> dict:
+chat_response.object_name = "chat.completion"  # type: ignore[attr-defined]
+
+
+def completion_response(*, index: int, assembler: ReplyAssembler, finish_reason: str,
+                        logprobs: bool) -> dict:
+    """One completions choice."""
     lp = completion_logprobs(assembler.content_pieces) if logprobs else None
-    return {"id": id, "object": "text_completion", "created": created, "model": model,
-            "choices": [{"index": 0, "text": assembler.text, "logprobs": lp,
-                         "finish_reason": finish_reason}],
-            "usage": usage_body, "waste": waste}
+    return {"index": index, "text": assembler.text, "logprobs": lp,
+            "finish_reason": finish_reason}
+
+
+completion_response.object_name = "text_completion"  # type: ignore[attr-defined]
+
+
+def response_body(*, id: str, created: int, model: str, object_name: str, choices: list[dict],
+                  usage_body: dict, waste: dict) -> dict:
+    """A blocking answer: its choices in index order, one usage for them all."""
+    return {"id": id, "object": object_name, "created": created, "model": model,
+            "choices": choices, "usage": usage_body, "waste": waste}

@@ -211,7 +211,7 @@ def parse_stop(body: dict[str, Any]) -> tuple[str, ...]:
 
 
 def parse_only_one(body: dict[str, Any], key: str) -> None:
-    """`n` / `best_of`: an integer that must be 1 (one choice per request is all this server does)."""
+    """`best_of`: an integer that must be 1 (no server-side ranking of choices)."""
     value = body.get(key)
     if value is None:
         return
@@ -224,6 +224,22 @@ def parse_only_one(body: dict[str, Any], key: str) -> None:
             key,
             UNSUPPORTED,
         )
+
+
+MAX_CHOICES = 8
+
+
+def parse_choice_count(body: dict[str, Any]) -> int:
+    """`n`: how many choices to generate, an integer from 1 to 8 (default 1)."""
+    value = body.get("n")
+    if value is None:
+        return 1
+    if not is_integer(value):
+        raise wrong_type("n", "an integer", value)
+    if not 1 <= value <= MAX_CHOICES:
+        raise InvalidRequest(f"n must be an integer from 1 to {MAX_CHOICES}, not {shorten(value)}.",
+                             "n", INVALID_VALUE)
+    return int(value)
 
 
 def parse_include_usage(body: dict[str, Any], *, stream: bool) -> bool:

@@ -24,6 +24,7 @@ from waste.domain.requests.fields import (
     optional_object,
     parse_function_name,
     parse_include_usage,
+    parse_choice_count,
     parse_only_one,
     parse_priority,
     parse_seed,
@@ -78,6 +79,7 @@ class GenerationFields:
     repetition_penalty: float = 1.0
     min_p: float = 0.0
     logit_bias: tuple[tuple[int, float], ...] = ()
+    n: int = 1  # choices, generated one after another from the one prompt
     priority: int = 0  # the queue's order: lower runs sooner (docs/HTTP.md §2.1)
 
 
@@ -148,7 +150,7 @@ def parse_chat_request(body: dict[str, Any]) -> ChatRequest:
     completion_cap = parse_token_cap(body, "max_completion_tokens")
     legacy_cap = parse_token_cap(body, "max_tokens")  # checked even when the other wins
     stop = parse_stop(body)
-    parse_only_one(body, "n")
+    n = parse_choice_count(body)
     stream = optional_bool(body, "stream") or False
     logprobs = optional_bool(body, "logprobs") or False
     include_usage = parse_include_usage(body, stream=stream)
@@ -168,6 +170,7 @@ def parse_chat_request(body: dict[str, Any]) -> ChatRequest:
         top_k=top_k,
         seed=seed,
         priority=priority,
+        n=n,
         max_tokens=completion_cap if completion_cap is not None else legacy_cap,
         stop=stop,
         stream=stream,
@@ -303,7 +306,7 @@ def parse_completion_request(body: dict[str, Any]) -> CompletionRequest:
     priority = parse_priority(body)
     max_tokens = parse_token_cap(body, "max_tokens")
     stop = parse_stop(body)
-    parse_only_one(body, "n")
+    n = parse_choice_count(body)
     stream = optional_bool(body, "stream") or False
     include_usage = parse_include_usage(body, stream=stream)
     top_logprobs = _parse_completion_logprobs(body.get("logprobs"))
@@ -329,6 +332,7 @@ def parse_completion_request(body: dict[str, Any]) -> CompletionRequest:
         top_k=top_k,
         seed=seed,
         priority=priority,
+        n=n,
         max_tokens=max_tokens,
         stop=stop,
         stream=stream,
