@@ -261,8 +261,17 @@ def test_n_choices_through_the_openai_sdk(served):
     client = openai.OpenAI(base_url=served[0] + "/v1", api_key="unused")
     ask = dict(model="synthetic", messages=[{"role": "user", "content": "Count with me"}], max_tokens=8,
                temperature=1.0, seed=40, logprobs=True, top_logprobs=3, extra_body={"thinking": False})
+    def cache() -> dict:
+        probe = client.completions.create(model="synthetic", prompt="probe", max_tokens=1)
+        return probe.model_extra["waste"]["since_start"]["prefix_cache"]
+
+    before = cache()
     reply = client.chat.completions.create(n=3, **ask)
+    after = reply.model_extra["waste"]["since_start"]["prefix_cache"]
     assert [c.index for c in reply.choices] == [0, 1, 2]
+    # choices 1 and 2 restored the prompt (all but its last token) from the prefix cache
+    assert after["hits"] - before["hits"] >= 2
+    assert after["reused_tokens"] - before["reused_tokens"] >= 2 * (reply.usage.prompt_tokens - 1)
     used = 0
     for index, choice in enumerate(reply.choices):
         single = client.chat.completions.create(**dict(ask, seed=40 + index))
