@@ -8,6 +8,7 @@ hard-coded engine output.
 from __future__ import annotations
 
 import json
+import math
 import threading
 from pathlib import Path
 
@@ -177,6 +178,8 @@ def test_a_repetition_penalty_below_float32s_range_runs_as_the_smallest_float32(
     _, smallest = run(native_engine, prompt, attrs.evolve(params, repetition_penalty=2.0 ** -149))
     _, tiny = run(native_engine, prompt, attrs.evolve(params, repetition_penalty=penalty))
     assert tiny and [e.token for e in tiny] == [e.token for e in smallest]
+    # l / r overflows float32 for every positive logit: it saturates, so logprobs stay finite.
+    assert all(math.isfinite(e.logprob) for e in tiny + smallest)
 
 
 def test_pieces_concatenate_to_detokenize(native_engine):
