@@ -380,7 +380,10 @@ class NativeEngine(NativeContext):
         top_p = max(params.top_p, FLOAT32_TRUE_MIN)
         # The same for repetition_penalty in (0, 2^-150]: the nearest float32 in range
         # (docs/HTTP.md §2.2: (0, 10]) rather than 0.0f, which libwaste refuses with E_ARG.
-        repetition = max(params.repetition_penalty, FLOAT32_TRUE_MIN)
+        # Zero or less is still sent as is, for libwaste's own E_ARG.
+        repetition = params.repetition_penalty
+        if 0 < repetition < FLOAT32_TRUE_MIN:
+            repetition = FLOAT32_TRUE_MIN
         _set_fields(gen, temperature=params.temperature, top_p=top_p, top_k=params.top_k,
                     seed=params.seed, max_tokens=params.max_tokens,
                     n_stop_ids=len(params.stop_ids))
