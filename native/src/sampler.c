@@ -16,6 +16,7 @@
  * Before that, ws_adjust processes the logits in place (logit bias, repetition, frequency
  * and presence penalties, the allowed-token mask) and min_p cuts after temperature; with the
  * defaults none of it touches a value. ws_top reports the most likely ids. */
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -187,7 +188,12 @@ void ws_adjust(float *logits, uint32_t n, const waste_gen_params *p, const uint3
     if (seen && p->repetition_penalty != 1.0f) {
         float r = p->repetition_penalty;
         for (uint32_t j = 0; j < n; j++)
-            if (seen[j] || (counts && counts[j])) logits[j] = logits[j] > 0.0f ? logits[j] / r : logits[j] * r;
+            if (seen[j] || (counts && counts[j])) {
+                /* A tiny r (the API allows any r > 0) would overflow l / r to +inf and the
+                 * log-softmax to NaN: saturate at the largest finite float. */
+                float v = logits[j] > 0.0f ? logits[j] / r : logits[j] * r;
+                logits[j] = v > FLT_MAX ? FLT_MAX : v;
+            }
     }
     if (counts && (p->frequency_penalty != 0.0f || p->presence_penalty != 0.0f)) {
         for (uint32_t j = 0; j < n; j++) {

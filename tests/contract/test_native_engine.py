@@ -8,6 +8,7 @@ hard-coded engine output.
 from __future__ import annotations
 
 import json
+import math
 import threading
 from pathlib import Path
 
@@ -165,6 +166,20 @@ def test_a_top_p_below_float32s_range_keeps_the_top_token(native_engine, top_p):
     _, greedy = run(native_engine, prompt, SamplingParams(temperature=0.0, max_tokens=8))
     _, tiny = run(native_engine, prompt, SamplingParams(temperature=1.0, top_p=top_p, seed=5, max_tokens=8))
     assert [e.token for e in tiny] == [e.token for e in greedy]
+
+
+@pytest.mark.parametrize("penalty", [5e-324, 1e-46])
+def test_a_repetition_penalty_below_float32s_range_runs_as_the_smallest_float32(native_engine, penalty):
+    """A repetition_penalty the server accepts (0 < r <= 10) but float32 rounds to 0 runs as
+    the smallest positive float32; libwaste refused 0.0f with E_ARG (a 500 found by
+    schemathesis)."""
+    prompt = prompt_ids(native_engine)
+    params = SamplingParams(temperature=1.0, seed=5, max_tokens=8)
+    _, smallest = run(native_engine, prompt, attrs.evolve(params, repetition_penalty=2.0 ** -149))
+    _, tiny = run(native_engine, prompt, attrs.evolve(params, repetition_penalty=penalty))
+    assert tiny and [e.token for e in tiny] == [e.token for e in smallest]
+    # l / r overflows float32 for every positive logit: it saturates, so logprobs stay finite.
+    assert all(math.isfinite(e.logprob) for e in tiny + smallest)
 
 
 def test_pieces_concatenate_to_detokenize(native_engine):

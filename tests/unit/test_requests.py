@@ -173,6 +173,8 @@ CHAT_REFUSALS = [
     ("response_format type number", chat(response_format={"type": 1}), TYPE, "response_format.type", "string"),
     ("response_format type other", chat(response_format={"type": "json"}), VALUE, "response_format.type", "json_schema"),
     ("response_format schema string", chat(response_format={"type": "json_schema", "json_schema": "s"}), TYPE, "response_format.json_schema", "object"),
+    # A boolean schema reached llguidance, which raised (a 500 schemathesis found).
+    ("response_format schema boolean", chat(response_format={"type": "json_schema", "json_schema": {"schema": False}}), TYPE, "response_format.json_schema.schema", "object"),
     # sampling
     ("temperature string", chat(temperature="0.5"), TYPE, "temperature", "number"),
     ("temperature bool", chat(temperature=True), TYPE, "temperature", "boolean"),

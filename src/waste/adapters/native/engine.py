@@ -378,13 +378,19 @@ class NativeEngine(NativeContext):
         # libwaste refuses. Any p below the top token's mass keeps the top token alone, so the
         # smallest positive float means the same.
         top_p = max(params.top_p, FLOAT32_TRUE_MIN)
+        # The same for repetition_penalty in (0, 2^-150]: the nearest float32 in range
+        # (docs/HTTP.md §2.2: (0, 10]) rather than 0.0f, which libwaste refuses with E_ARG.
+        # Zero or less is still sent as is, for libwaste's own E_ARG.
+        repetition = params.repetition_penalty
+        if 0 < repetition < FLOAT32_TRUE_MIN:
+            repetition = FLOAT32_TRUE_MIN
         _set_fields(gen, temperature=params.temperature, top_p=top_p, top_k=params.top_k,
                     seed=params.seed, max_tokens=params.max_tokens,
                     n_stop_ids=len(params.stop_ids))
         gen.stop_ids = stops if params.stop_ids else ffi.NULL
         _set_fields(gen, presence_penalty=params.presence_penalty,
                     frequency_penalty=params.frequency_penalty,
-                    repetition_penalty=params.repetition_penalty, min_p=params.min_p,
+                    repetition_penalty=repetition, min_p=params.min_p,
                     n_top_logprobs=params.top_logprobs, n_logit_bias=len(params.logit_bias))
         bias_ids = int32_array([token for token, _ in params.logit_bias], "logit_bias")
         bias_values = ffi.new("float[]", [bias for _, bias in params.logit_bias])

@@ -285,6 +285,8 @@ def parse_response_format(value: object) -> dict[str, Any] | None:
     if kind == "text":
         return None
     if kind == "json_schema" and schema is not None:
+        # Checked here: only an object schema reaches the grammar compiler (a boolean made it raise).
+        optional_object(schema, "schema", "response_format.json_schema.schema")
         return {"type": kind, "json_schema": schema}
     return {"type": kind}
 
