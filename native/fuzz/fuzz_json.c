@@ -10,11 +10,8 @@
 #include <string.h>
 
 #include "../src/internal.h"
+#include "fuzzkit.h"
 
-#define REQUIRE(cond)                                                                    \
-    do {                                                                                 \
-        if (!(cond)) { fprintf(stderr, "property failed %s:%d: %s\n", __FILE__, __LINE__, #cond); abort(); } \
-    } while (0)
 
 static uint64_t walk(const wj_val *v, int depth) {
     REQUIRE(depth <= 16);

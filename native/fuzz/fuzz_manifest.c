@@ -11,21 +11,12 @@
 #include <string.h>
 
 #include "../tests/testkit.h"
+#include "fuzzkit.h"
 
-#define REQUIRE(cond)                                                                    \
-    do {                                                                                 \
-        if (!(cond)) { fprintf(stderr, "property failed %s:%d: %s\n", __FILE__, __LINE__, #cond); abort(); } \
-    } while (0)
 
-/* Many small writes per input: in RAM (/dev/shm) when there is one, else /tmp. */
 static char dir[64];
 
-static void make_dir(void) {
-    snprintf(dir, sizeof dir, "/dev/shm/waste-fuzzman-XXXXXX");
-    if (mkdtemp(dir)) return;
-    snprintf(dir, sizeof dir, "/tmp/waste-fuzzman-XXXXXX");
-    REQUIRE(mkdtemp(dir) != NULL);
-}
+static void make_dir(void) { fuzz_make_dir(dir, sizeof dir, "fuzzman"); }
 
 static void cleanup(void) { tk_remove_container(dir); }
 

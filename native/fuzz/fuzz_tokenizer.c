@@ -20,6 +20,7 @@
 
 #include "../src/tokenizer.h"
 #include "../tests/testkit.h"
+#include "fuzzkit.h"
 
 #define FLAG_MARKUP 1u
 #define FLAG_BOS 2u
@@ -36,10 +37,6 @@ static waste_ctx *api;
 static uint32_t rich_base, rich_vocab, api_base, api_vocab;
 static int32_t api_bos;
 
-#define REQUIRE(cond)                                                                    \
-    do {                                                                                 \
-        if (!(cond)) { fprintf(stderr, "property failed %s:%d: %s\n", __FILE__, __LINE__, #cond); abort(); } \
-    } while (0)
 
 /* RFC 3629 validity, written independently of tokenizer.c: 1 when s[0..n) is UTF-8. */
 static int utf8_valid(const uint8_t *s, size_t n) {

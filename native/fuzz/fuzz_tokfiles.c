@@ -13,23 +13,14 @@
 
 #include "../src/tokenizer.h"
 #include "../tests/testkit.h"
+#include "fuzzkit.h"
 
 #define SEPARATOR "\n#SPECIALS#\n"
 
-#define REQUIRE(cond)                                                                    \
-    do {                                                                                 \
-        if (!(cond)) { fprintf(stderr, "property failed %s:%d: %s\n", __FILE__, __LINE__, #cond); abort(); } \
-    } while (0)
 
-/* Many small writes per input: in RAM (/dev/shm) when there is one, else /tmp. */
 static char dir[64];
 
-static void make_dir(void) {
-    snprintf(dir, sizeof dir, "/dev/shm/waste-fuzztokf-XXXXXX");
-    if (mkdtemp(dir)) return;
-    snprintf(dir, sizeof dir, "/tmp/waste-fuzztokf-XXXXXX");
-    REQUIRE(mkdtemp(dir) != NULL);
-}
+static void make_dir(void) { fuzz_make_dir(dir, sizeof dir, "fuzztokf"); }
 static char ranks_path[256], specials_path[256];
 
 static void cleanup(void) { unlink(ranks_path); unlink(specials_path); rmdir(dir); }
