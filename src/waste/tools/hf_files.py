@@ -3,9 +3,13 @@ the K3 release layout): the per-tensor value streams and the HF tokenizer files.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import shutil
 import zlib
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 
@@ -35,3 +39,20 @@ def write_tokenizer(out: Path, ranks: list[bytes], specials: tuple[str, ...]) ->
               "pad_token": "[PAD]", "model_max_length": 1048576,
               "tokenizer_class": "TikTokenTokenizer"}
     (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
+
+
+@contextlib.contextmanager
+def staged_dir(out: Path) -> Iterator[Path]:
+    """A fresh ``<out>.tmp-<pid>`` directory to write a checkpoint into; on success it replaces
+    ``out`` whole (a reader never sees a half-written checkpoint), on any error it is removed."""
+    tmp = out.with_name(out.name + f".tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        yield tmp
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
 import struct
 import sys
 from pathlib import Path
@@ -33,7 +31,7 @@ import numpy as np
 
 from waste.tools.bpe_train import train_ranks
 from waste.tools.container import ContainerError, TensorSpec, to_bf16_bits
-from waste.tools.hf_files import draw, write_tokenizer
+from waste.tools.hf_files import draw, staged_dir, write_tokenizer
 from waste.tools.make_container import (CORPUS, Geometry, add_geometry_flags, geometry_from_flags)
 
 TRANSFORMERS_VERSION = "5.23.0"
@@ -180,10 +178,7 @@ def synthesize(out: str | Path, *, geometry: Geometry | None = None, seed: int =
         raise ContainerError(f"{out} exists (pass --overwrite to replace it)")
     ranks = [t for t, _ in sorted(train_ranks(list(CORPUS), g.vocab_merges).items(), key=lambda kv: kv[1])]
     vocab = len(ranks) + len(SPECIALS)
-    tmp = out.with_name(out.name + f".tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
+    with staged_dir(out) as tmp:
         cfg = hf_config(g, vocab, dtype)
         _dump(tmp / "config.json", cfg)
         _dump(tmp / "generation_config.json", generation_config(cfg))
@@ -199,12 +194,6 @@ def synthesize(out: str | Path, *, geometry: Geometry | None = None, seed: int =
               {"metadata": {"total_parameters": params, "total_size": total},
                "weight_map": dict(sorted(weight_map.items()))})
         write_tokenizer(tmp, ranks, SPECIALS)
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
 
 

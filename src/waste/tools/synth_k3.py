@@ -21,8 +21,6 @@ so the same flags give byte-identical files, and written one at a time.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import struct
 from pathlib import Path
 from typing import Any
@@ -31,7 +29,7 @@ import attrs
 import numpy as np
 
 from waste.tools.container import ContainerError, TensorSpec, to_bf16_bits
-from waste.tools.hf_files import draw, write_tokenizer
+from waste.tools.hf_files import draw, staged_dir, write_tokenizer
 from waste.tools.make_container import XTML_SPECIALS, Geometry, random_tensor
 
 MXFP4_FORMAT = "mxfp4-pack-quantized"
@@ -314,10 +312,7 @@ def synthesize_k3(out: str | Path, *, geometry: Geometry, options: K3Options, se
                              f"{exc.name} is not installed (pip install -e '.[oracle]')") from None
     ranks = [t for t, _ in sorted(train_ranks(list(CORPUS), g.vocab_merges).items(), key=lambda kv: kv[1])]
     vocab = len(ranks) + len(SPECIALS)
-    tmp = out.with_name(out.name + f".tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
+    with staged_dir(out) as tmp:
         (tmp / "config.json").write_text(json.dumps(release_config(g, k, vocab), indent=2, sort_keys=True) + "\n")
         shards = shard_plan(g, k, vocab) + [VISION]
         weight_map, total = {}, 0
@@ -331,10 +326,4 @@ def synthesize_k3(out: str | Path, *, geometry: Geometry, options: K3Options, se
         (tmp / "model.safetensors.index.json").write_text(json.dumps(
             {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}, indent=2) + "\n")
         write_tokenizer(tmp, ranks, SPECIALS)
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out
