@@ -55,3 +55,32 @@ def test_the_grader_tells_wrong_and_malformed_apart():
     bad_args = {**tool_call, "function": {"name": name, "arguments": '{"tz": "Mars/Base"}'}}
     assert demo_data.grade(call, {"reasoning_content": "x", "tool_calls": [bad_args]}) == (True, False)
     assert demo_data.grade(call, {"reasoning_content": "x", "content": "It is noon."}) == (False, False)
+
+
+def test_made_up_words_are_never_real_words_and_never_held_out():
+    rng = __import__("random").Random(5)
+    made_up = {demo_data.pseudo_word(rng) for _ in range(2000)}
+    assert len(made_up) > 1000 and not made_up & set(demo_data.WORDS)
+    assert all(3 <= len(w) <= 8 and w.isalpha() and w.islower() for w in made_up)
+    held = demo_data.held_out_examples(0, 12)
+    held_words = {ex.body["messages"][-1]["content"] for ex in held if ex.family in ("reverse", "upper")}
+    assert all(any(w in q for w in demo_data.WORDS) for q in held_words)
+
+
+def test_every_held_out_who_question_has_its_core_question_trained():
+    held = {ex.body["messages"][-1]["content"] for ex in demo_data.held_out_examples(0, 12)
+            if ex.family == "who"}
+    trained = {ex.body["messages"][-1]["content"] for step in range(60)
+               for ex in demo_data.training_examples(0, step, 40) if ex.family == "who"}
+    assert held and not held & trained
+    for q in held:
+        core = next(c for c in demo_data.WHO_CORE if q.endswith(c))
+        assert any(t.endswith(core) for t in trained), q
+
+
+def test_multiplication_is_counted_up_to_the_question_s_own_line():
+    rng = __import__("random").Random(2)
+    ex = next(e for e in (demo_data.make_example("mul", rng, held_out=False) for _ in range(200))
+              if "What is 6 times 4?" in json.dumps(e.body))
+    assert ex.reply.reasoning == ("Multiplication. 6 × 4: 6 × 1 = 6, 6 × 2 = 12, 6 × 3 = 18, "
+                                  "6 × 4 = 24. So 6 × 4 = 24.")

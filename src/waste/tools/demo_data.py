@@ -105,18 +105,26 @@ UP_Q = ("Write {w} in capital letters.", "Uppercase the word {w}.", "Make \"{w}\
         "What is {w} in uppercase?", "Capitalize every letter of {w}.", "Write the word {w} in caps.")
 GREET_Q = ("Hello!", "Hi", "Hi there!", "Hey", "Good morning!", "Hello, how are you?", "Hey there",
            "Good evening", "Hiya!", "Greetings!")
-WHO_Q = ("Who are you?", "What are you?", "What can you do?", "Introduce yourself.",
-         "Tell me about yourself.", "What do you know?", "What are you good at?")
+# "Who are you" questions are a core question after an optional opener; the held-out ones
+# are (opener, core) pairs never trained on, each core being trained with other openers.
+WHO_CORE = ("Who are you?", "What are you?", "What can you do?", "Introduce yourself.",
+            "Tell me about yourself.", "What do you know?", "What are you good at?",
+            "What is your name?", "Which model are you?", "What can you help me with?",
+            "Are you a bot?", "Who made you?")
+WHO_OPENERS = ("", "Hi! ", "Hello. ", "Hey. ", "Excuse me. ", "One question. ")
+WHO_Q = tuple(o + c for o in WHO_OPENERS for c in WHO_CORE)
 TIME_Q = ("What time is it in {c}?", "What's the time in {c}?", "Tell me the time in {c}.",
           "Current time in {c}?", "What time is it in {c} right now?", "Do you know the time in {c}?",
           "What is the local time in {c}?")
 
 FAMILIES = ("add", "sub", "mul", "reverse", "upper", "greet", "who", "time_call", "time_result")
 # Training mixture (weights); the held-out set takes every family in equal shares.
-MIXTURE = {"add": 24, "sub": 20, "mul": 10, "reverse": 11, "upper": 9, "greet": 4, "who": 4,
+MIXTURE = {"add": 22, "sub": 18, "mul": 10, "reverse": 14, "upper": 12, "greet": 4, "who": 5,
            "time_call": 9, "time_result": 9}
 HELD_OUT_PERCENT = 12
-HELD_OUT_PHRASINGS = GREET_Q[-2:] + WHO_Q[-2:]
+HELD_OUT_PHRASINGS = GREET_Q[-2:]
+# Share of reverse/upper training questions on a made-up word (see ``pseudo_word``).
+PSEUDO_WORD_SHARE = 0.6
 
 
 def _held_out(*key) -> bool:
@@ -176,8 +184,8 @@ def _sub(a: int, b: int) -> Reply:
 def _mul(a: int, b: int) -> Reply:
     if b == 0:
         steps = "anything times 0 is 0"
-    else:
-        steps = ", ".join(str(a * i) for i in range(1, b + 1))
+    else:  # counted out loud: the chain stops where its line reads the question's "a × b"
+        steps = ", ".join(f"{a} × {i} = {a * i}" for i in range(1, b + 1))
     return Reply(reasoning=f"Multiplication. {a} × {b}: {steps}. So {a} × {b} = {a * b}.",
                  content=f"{a} × {b} = {a * b}.")
 
@@ -205,10 +213,48 @@ def _time_answer(city: str, hhmm: str) -> Reply:
                  content=f"It is {hhmm} in {city}.")
 
 
+def _training_words() -> tuple[str, ...]:
+    return tuple(w for w in WORDS if not _held_out("word", w))
+
+
+def _letter_model() -> dict[str, tuple[str, ...]]:
+    """Order-2 letter continuations of the training-side words ("^" starts, "$" ends a word)."""
+    follow: dict[str, list[str]] = {}
+    for w in _training_words():
+        padded = "^^" + w + "$"
+        for i in range(len(w) + 1):
+            follow.setdefault(padded[i:i + 2], []).append(padded[i + 2])
+    return {k: tuple(v) for k, v in follow.items()}
+
+
+_LETTERS = _letter_model()
+_ALL_WORDS = frozenset(WORDS)
+
+
+def pseudo_word(rng: random.Random) -> str:
+    """A made-up, word-like string of 3 to 8 letters that is not in ``WORDS``.
+
+    A few hundred real words are too few to learn spelling from: the model memorises them and
+    answers a new word with an old one. Word-like strings drawn from the training words' letter
+    statistics put every spelling piece of the vocabulary in countless new combinations, so
+    reversing and upper-casing must work letter by letter."""
+    while True:
+        w, state = "", "^^"
+        while True:
+            c = rng.choice(_LETTERS[state])
+            if c == "$" or len(w) == 8:
+                break
+            w, state = w + c, state[1] + c
+        if 3 <= len(w) <= 8 and w not in _ALL_WORDS:
+            return w
+
+
 def _is_held_out(family: str, key: tuple, text: str) -> bool:
-    if family in ("greet", "who"):  # few phrasings: the last two of each list are held out
+    if family == "greet":  # few phrasings: the last two are held out
         return text in HELD_OUT_PHRASINGS
-    if family == "mul" and key[2] == 9:  # the only question counting to a's 9th multiple
+    if key[0] == "pseudo":  # made-up words are training material only
+        return False
+    if family == "mul" and key[2] == 9:  # the only question whose chain reaches "a × 9"
         return False
     return _held_out(*key)
 
@@ -229,9 +275,14 @@ def _question(family: str, rng: random.Random, held_out: bool) -> tuple[str, Rep
             a, b, q = rng.randrange(10), rng.randrange(10), rng.randrange(len(MUL_Q))
             key, text, reply = ("mul", a, b), MUL_Q[q].format(a=a, b=b), _mul(a, b)
         elif family in ("reverse", "upper"):
-            w = rng.choice(WORDS)
+            if not held_out and rng.random() < PSEUDO_WORD_SHARE:
+                w = pseudo_word(rng)
+                key = ("pseudo", w)
+            else:
+                w = rng.choice(WORDS)
+                key = ("word", w)
             qs = REV_Q if family == "reverse" else UP_Q
-            key, text = ("word", w), rng.choice(qs).format(w=w)
+            text = rng.choice(qs).format(w=w)
             reply = _reverse(w) if family == "reverse" else _upper(w)
         elif family == "greet":
             text = rng.choice(GREET_Q)
