@@ -78,9 +78,37 @@ def test_every_held_out_who_question_has_its_core_question_trained():
         assert any(t.endswith(core) for t in trained), q
 
 
-def test_multiplication_is_counted_up_to_the_question_s_own_line():
-    rng = __import__("random").Random(2)
-    ex = next(e for e in (demo_data.make_example("mul", rng, held_out=False) for _ in range(200))
-              if "What is 6 times 4?" in json.dumps(e.body))
-    assert ex.reply.reasoning == ("Multiplication. 6 × 4: 6 × 1 = 6, 6 × 2 = 12, 6 × 3 = 18, "
-                                  "6 × 4 = 24. So 6 × 4 = 24.")
+def test_multiplication_counts_the_larger_factor_up_to_the_smaller():
+    assert demo_data._mul(6, 4).reasoning == ("Multiplication. 6 × 4: 6 × 1 = 6, 6 × 2 = 12, 6 × 3 = 18, "
+                                              "6 × 4 = 24. So 6 × 4 = 24.")
+    assert demo_data._mul(4, 6).reasoning == ("Multiplication. 4 × 6: 6 × 1 = 6, 6 × 2 = 12, 6 × 3 = 18, "
+                                              "6 × 4 = 24. So 4 × 6 = 24.")
+    assert demo_data._mul(0, 7).reasoning == "Multiplication. 0 × 7: anything times 0 is 0. So 0 × 7 = 0."
+
+
+def test_a_held_out_product_s_mirror_is_trained():
+    held = {(a, b) for a in range(10) for b in range(10) if demo_data._is_held_out("mul", ("mul", a, b), "")}
+    assert held and all(a != b and (b, a) not in held for a, b in held)
+    questions = _questions(ex for ex in demo_data.held_out_examples(0, 12) if ex.family == "mul")
+    assert questions and not questions & _questions(
+        ex for step in range(100) for ex in demo_data.training_examples(0, step, 40) if ex.family == "mul")
+
+
+def test_every_held_out_greeting_has_its_core_greeting_trained():
+    held = {ex.body["messages"][-1]["content"] for ex in demo_data.held_out_examples(0, 12)
+            if ex.family == "greet"}
+    trained = {ex.body["messages"][-1]["content"] for step in range(100)
+               for ex in demo_data.training_examples(0, step, 40) if ex.family == "greet"}
+    assert held and not held & trained
+    def core(greeting: str) -> str:
+        return max((c for c in demo_data.GREET_CORE if greeting.startswith(c)), key=len)
+
+    for q in held:
+        assert any(core(t) == core(q) for t in trained), q
+
+
+def test_the_vocabulary_corpus_has_no_word_to_reverse_or_upper_case():
+    texts = list(demo_data.corpus_texts(0, 300))
+    assert any("Addition." in t for t in texts) and any("get_time" in t for t in texts)
+    assert not any(t.startswith(("Reverse.", "Uppercase.")) or "reversed is" in t or "in capitals is" in t
+                   for t in texts)

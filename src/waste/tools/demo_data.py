@@ -103,8 +103,14 @@ REV_Q = ("Reverse the word {w}.", "Spell {w} backwards.", "What is {w} reversed?
          "Reverse \"{w}\".", "Write {w} backwards.", "Can you reverse the word {w}?")
 UP_Q = ("Write {w} in capital letters.", "Uppercase the word {w}.", "Make \"{w}\" uppercase.",
         "What is {w} in uppercase?", "Capitalize every letter of {w}.", "Write the word {w} in caps.")
-GREET_Q = ("Hello!", "Hi", "Hi there!", "Hey", "Good morning!", "Hello, how are you?", "Hey there",
-           "Good evening", "Hiya!", "Greetings!")
+# Greetings, like the who-questions below, are a core greeting with an ending; the held-out
+# ones are (core, ending) pairs never trained on, each core being trained with other endings
+# (a bare core is always trained). A one-word greeting never seen at all is indistinguishable
+# from a made-up word to reverse.
+GREET_CORE = ("Hello", "Hi", "Hi there", "Hey", "Good morning", "Hello, how are you", "Hey there",
+              "Good evening", "Hiya", "Greetings", "Good afternoon", "Howdy")
+GREET_ENDINGS = ("", "!", ".", " :)", "!!", " everyone", " friend!")
+GREET_Q = tuple(c + e for c in GREET_CORE for e in GREET_ENDINGS)
 # "Who are you" questions are a core question after an optional opener; the held-out ones
 # are (opener, core) pairs never trained on, each core being trained with other openers.
 WHO_CORE = ("Who are you?", "What are you?", "What can you do?", "Introduce yourself.",
@@ -122,7 +128,6 @@ FAMILIES = ("add", "sub", "mul", "reverse", "upper", "greet", "who", "time_call"
 MIXTURE = {"add": 22, "sub": 18, "mul": 10, "reverse": 14, "upper": 12, "greet": 4, "who": 5,
            "time_call": 9, "time_result": 9}
 HELD_OUT_PERCENT = 12
-HELD_OUT_PHRASINGS = GREET_Q[-2:]
 # Share of reverse/upper training questions on a made-up word (see ``pseudo_word``).
 PSEUDO_WORD_SHARE = 0.6
 
@@ -182,10 +187,14 @@ def _sub(a: int, b: int) -> Reply:
 
 
 def _mul(a: int, b: int) -> Reply:
-    if b == 0:
+    """Counted out loud in a canonical order: the larger factor, counted up to the smaller.
+    ``a × b`` and ``b × a`` share their chain, so a held-out order whose mirror is trained is
+    answered by commutativity, not recalled (docs/DECISIONS.md, issue 10)."""
+    big, small = max(a, b), min(a, b)
+    if small == 0:
         steps = "anything times 0 is 0"
-    else:  # counted out loud: the chain stops where its line reads the question's "a × b"
-        steps = ", ".join(f"{a} × {i} = {a * i}" for i in range(1, b + 1))
+    else:
+        steps = ", ".join(f"{big} × {i} = {big * i}" for i in range(1, small + 1))
     return Reply(reasoning=f"Multiplication. {a} × {b}: {steps}. So {a} × {b} = {a * b}.",
                  content=f"{a} × {b} = {a * b}.")
 
@@ -250,12 +259,16 @@ def pseudo_word(rng: random.Random) -> str:
 
 
 def _is_held_out(family: str, key: tuple, text: str) -> bool:
-    if family == "greet":  # few phrasings: the last two are held out
-        return text in HELD_OUT_PHRASINGS
     if key[0] == "pseudo":  # made-up words are training material only
         return False
-    if family == "mul" and key[2] == 9:  # the only question whose chain reaches "a × 9"
-        return False
+    if family == "greet":  # a bare core greeting is always trained
+        return key[2] != "" and _held_out(*key)
+    if family == "mul":  # one order of some pairs; its mirror (and every square) is trained
+        a, b = key[1], key[2]
+        if a == b:
+            return False
+        first = min(a, b) if _held_out("mul-order", min(a, b), max(a, b)) else max(a, b)
+        return a == first and _held_out("mul", min(a, b), max(a, b))
     return _held_out(*key)
 
 
@@ -285,8 +298,9 @@ def _question(family: str, rng: random.Random, held_out: bool) -> tuple[str, Rep
             text = rng.choice(qs).format(w=w)
             reply = _reverse(w) if family == "reverse" else _upper(w)
         elif family == "greet":
-            text = rng.choice(GREET_Q)
-            key, reply = ("greet", text), Reply(
+            core, ending = rng.choice(GREET_CORE), rng.choice(GREET_ENDINGS)
+            text = core + ending
+            key, reply = ("greet", core, ending), Reply(
                 reasoning="Greeting. The user says hello, so I greet back and say what I can do.",
                 content=GREETING)
         elif family == "who":
@@ -306,9 +320,12 @@ def _question(family: str, rng: random.Random, held_out: bool) -> tuple[str, Rep
             return text, reply, key
 
 
-def _prior_exchange(rng: random.Random) -> list[dict]:
+WORD_TASKS = ("reverse", "upper")
+
+
+def _prior_exchange(rng: random.Random, word_tasks: bool) -> list[dict]:
     """An earlier, unrelated exchange (always from the training side)."""
-    family = rng.choice(("add", "sub", "mul", "reverse", "upper", "greet"))
+    family = rng.choice(("add", "sub", "mul", "greet") + (WORD_TASKS if word_tasks else ()))
     text, reply, _ = _question(family, rng, held_out=False)
     assistant: dict = {"role": "assistant", "content": reply.content}
     if rng.random() < 0.5:
@@ -316,15 +333,16 @@ def _prior_exchange(rng: random.Random) -> list[dict]:
     return [{"role": "user", "content": text}, assistant]
 
 
-def make_example(family: str, rng: random.Random, *, held_out: bool) -> Example:
+def make_example(family: str, rng: random.Random, *, held_out: bool, word_tasks: bool = True) -> Example:
     """One conversation of ``family`` with a random context (system prompt, tool declaration,
-    an earlier exchange, a reasoning effort)."""
+    an earlier exchange, a reasoning effort); without ``word_tasks``, the earlier exchange is
+    never a reversing or upper-casing one."""
     text, reply, key = _question(family, rng, held_out)
     messages: list[dict] = []
     if rng.random() < 0.2:
         messages.append({"role": "system", "content": rng.choice(SYSTEM_PROMPTS)})
     if rng.random() < 0.2:
-        messages += _prior_exchange(rng)
+        messages += _prior_exchange(rng, word_tasks)
     messages.append({"role": "user", "content": text})
     body: dict = {"model": "waste", "messages": messages}
     if family.startswith("time") or rng.random() < 0.2:
@@ -364,10 +382,19 @@ def held_out_examples(seed: int, per_family: int) -> list[Example]:
 
 
 def corpus_texts(seed: int, n: int) -> Iterator[str]:
-    """Plain text of ``n`` training conversations (prompt and reply), for the BPE trainer."""
+    """Plain text of ``n`` training conversations (prompt and reply), for the BPE trainer.
+
+    The word tasks' conversations are left out: merges then serve the templates, numbers and
+    cities, and the words to reverse or upper-case split into short pieces (mostly single
+    letters) whose spelling the model can learn, instead of whole-word tokens it can only
+    memorise."""
     from waste.tools.demo_domain import plain_texts
 
-    for ex in training_examples(seed, -1, n):
+    rng = random.Random(f"demo-corpus/{seed}")
+    families = [f for f in MIXTURE if f not in WORD_TASKS]
+    weights = [MIXTURE[f] for f in families]
+    for _ in range(n):
+        ex = make_example(rng.choices(families, weights)[0], rng, held_out=False, word_tasks=False)
         yield from plain_texts(ex)
 
 
