@@ -299,7 +299,8 @@ def export(out: Path, model, tok: Tok, ranks, *, seed, steps, threads, seconds, 
         "data": {"generator": "waste.tools.demo_data", "families": demo_data.MIXTURE,
                  "held_out_percent": demo_data.HELD_OUT_PERCENT,
                  "pseudo_word_share": demo_data.PSEUDO_WORD_SHARE,
-                 "vocabulary": f"waste.tools.bpe_train on {CORPUS_CONVERSATIONS} conversations, "
+                 "vocabulary": f"waste.tools.bpe_train on {CORPUS_CONVERSATIONS} conversations without "
+                               f"the word tasks ({', '.join(demo_data.WORD_TASKS)}), "
                                f"{len(ranks)} ranks + specials {list(SPECIALS)}"},
         "held_out_teacher_forced": {"conversations": len(held), "token_accuracy": round(acc, 4),
                                     "exact_replies": round(exact, 4)},
