@@ -90,6 +90,12 @@ class BufferTooSmall(EngineError):
     code = "E_SPACE"
 
 
+class EngineUnavailable(EngineError):
+    """A remote engine cannot be reached, timed out, broke a stream or answered an error."""
+
+    code = "E_UPSTREAM"
+
+
 class ContextFull(EngineError):
     """The prompt does not fit the context; nothing was evaluated.
 
@@ -406,6 +412,23 @@ class Engine(Protocol):
         Quick, any thread, also during ``generate``. Raises EngineError only when the engine
         cannot read its own counters.
         """
+        ...
+
+
+class ConcurrentEngine(Engine, Protocol):
+    """An engine that runs several ``generate`` calls at once (a remote batching server):
+    the service admits up to ``--max-concurrency`` of them, each in its own worker thread.
+
+    ``generate`` takes a ``key`` (any object, one per call) and ``abort(key)`` stops only the
+    call started with it; ``abort()`` without a key stops every running call.
+    """
+
+    def generate(self, prompt: Prompt, params: SamplingParams, on_token: TokenCallback, *,
+                 is_cancelled: Callable[[], bool] | None = None,
+                 mask: MaskFiller | None = None, key: object = None) -> GenerationResult:
+        ...
+
+    def abort(self, key: object = None) -> None:
         ...
 
 
