@@ -16,9 +16,10 @@ import attrs
 import trio
 
 from tests.contract.serving import fake, running, state_of
+from tests.contract.vllm_server import SERVED_ID
 from waste.app import Settings, engine_opener
 
-ENGINE_KINDS = ("fake", "native")
+ENGINE_KINDS = ("fake", "native", "vllm")
 WAIT_LIMIT_S = 20.0  # a safety net for a contract that is broken, never a synchronisation
 
 
@@ -54,7 +55,7 @@ class RecordingEngine:
         self._pause_at = None
         self._resume.set()
 
-    def generate(self, prompt, params, on_token: Callable, *, is_cancelled=None):
+    def generate(self, prompt, params, on_token: Callable, *, is_cancelled=None, **more):
         self.record.prompts.append(list(prompt.ids))
         self.record.generated.append(0)
         self.record.replies.append([])
@@ -69,7 +70,8 @@ class RecordingEngine:
             return on_token(event)
 
         try:
-            result = self.inner.generate(prompt, params, counted, is_cancelled=is_cancelled)
+            result = self.inner.generate(prompt, params, counted, is_cancelled=is_cancelled,
+                                         **more)
         except Exception as exc:
             self.record.stop_reasons.append(getattr(exc, "code", type(exc).__name__))
             raise
@@ -123,6 +125,10 @@ NATIVE_SETTINGS = {"ctx": 512, "usage": "", "max_tokens": 16, "budget": 8 << 20,
                    "prefix_cache": 4 << 20}
 
 
+# vLLM serves the tiny Qwen2 (tests.contract.vllm_server); several generations at once.
+VLLM_SETTINGS = {"max_tokens": 16, "max_concurrency": 4}
+
+
 @contextlib.contextmanager
 def serve(kind: str, request, *, script: dict | None = None, wait_ready: bool = True,
           **settings: Any) -> Iterator[Served]:
@@ -135,6 +141,16 @@ def serve(kind: str, request, *, script: dict | None = None, wait_ready: bool = 
         @contextlib.asynccontextmanager
         async def opener() -> AsyncIterator[Any]:
             yield engine, engine.inner
+    elif kind == "vllm":
+        server = request.getfixturevalue("vllm_server")
+        config = Settings(vllm=server.base, vllm_model=SERVED_ID,
+                          **{**VLLM_SETTINGS, **settings})
+        open_remote = engine_opener(config)
+
+        @contextlib.asynccontextmanager
+        async def opener() -> AsyncIterator[Any]:
+            async with open_remote() as (inner, tokenizer):
+                yield RecordingEngine(inner), tokenizer
     else:
         container = request.getfixturevalue("native_container")
         config = Settings(model=str(container), **{**NATIVE_SETTINGS, **settings})

@@ -20,6 +20,7 @@ IDENTITY = {
     "fake": {"model": "fake", "arch": "fake", "fake_engine": True, "engine": "fake"},
     "native": {"model": "synthetic", "arch": "kimi_linear", "fake_engine": False,
                "engine": "libwaste"},
+    "vllm": {"model": "tiny", "arch": "vllm", "fake_engine": False, "engine": "vllm"},
 }
 
 

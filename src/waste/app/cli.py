@@ -20,7 +20,8 @@ from hypercorn.config import Config
 from hypercorn.trio import serve
 
 import waste
-from waste.app.factory import create_app, engine_opener
+from waste.app.factory import create_app, engine_opener, resolve_remote_model
+from waste.domain.ports import EngineError
 from waste.app.settings import Settings, UsageError, load_settings
 from waste.service import GenerationService
 
@@ -124,6 +125,11 @@ def _hypercorn_config(sock: socket.socket, settings: Settings) -> Config:
 
 
 async def _serve(settings: Settings) -> int:
+    try:
+        settings = await resolve_remote_model(settings)
+    except EngineError as exc:
+        print(f"waste: {exc.detail}", file=sys.stderr)
+        return 1
     try:
         opener = engine_opener(settings)
     except Exception as exc:

@@ -12,6 +12,7 @@ import logging
 import os
 from typing import Any, AsyncIterator
 
+import attrs
 import trio
 from quart_trio import QuartTrio
 
@@ -21,7 +22,7 @@ from waste.adapters.http.routes import register
 from waste.adapters.http.state import ServerState
 from waste.adapters.images import decode_images
 from waste.app import hypercorn_fix
-from waste.app.settings import Settings, load_settings
+from waste.app.settings import Settings, concurrency, load_settings
 from waste.domain.ports import Engine, Tokenizer
 from waste.service import EngineOpener, GenerationService
 
@@ -30,7 +31,13 @@ hypercorn_fix.apply()
 
 
 def engine_opener(settings: Settings) -> EngineOpener:
-    """The opener ``settings`` asks for: the scripted fake, or libwaste on a container."""
+    """The opener ``settings`` asks for: the scripted fake, vLLM, or libwaste on a container."""
+    if settings.vllm is not None:
+        from waste.adapters.vllm import VllmOptions, open_vllm_engine
+
+        options = VllmOptions(url=settings.vllm, api_key=settings.vllm_api_key,
+                              model=settings.vllm_model, chat_format=settings.chat_format)
+        return lambda: open_vllm_engine(options)
     if settings.fake_engine is not None:
         script = load_script(settings.fake_engine)  # a bad script fails at startup
         return lambda: open_fake_engine(script, ctx_tokens=settings.ctx, vision=settings.vision,
@@ -48,6 +55,19 @@ def engine_opener(settings: Settings) -> EngineOpener:
         return open_native_engine(model, settings)
 
     return open_native
+
+
+async def resolve_remote_model(settings: Settings) -> Settings:
+    """``settings`` with ``vllm_model`` set: the only model vLLM serves when none was named
+    (the served id must be known before the app is built). Raises EngineError (unreachable,
+    none or several models: the message says which)."""
+    if settings.vllm is None or settings.vllm_model is not None:
+        return settings
+    from waste.adapters.vllm import VllmOptions, discover_model
+
+    options = VllmOptions(url=settings.vllm, api_key=settings.vllm_api_key)
+    model = await trio.to_thread.run_sync(discover_model, options)
+    return attrs.evolve(settings, vllm_model=model)
 
 
 @contextlib.asynccontextmanager
@@ -82,8 +102,10 @@ def create_app(engine: Any, settings: Settings) -> QuartTrio:
         max_tokens=settings.max_tokens, thinking_default=settings.thinking,
         allow_local_images=settings.allow_local_images, vision=settings.vision,
         cors_origins=settings.cors_origins, fake_engine=settings.fake_engine is not None,
-        keepalive_s=settings.keepalive_s, body_timeout_s=settings.body_timeout_s)
+        keepalive_s=settings.keepalive_s, body_timeout_s=settings.body_timeout_s,
+        chat_json_first=settings.chat_format is not None)
     service = GenerationService(opener=opener, max_queue=settings.max_queue,
+                                max_concurrency=concurrency(settings),
                                 shutdown_grace_s=settings.shutdown_grace_s)
     state = ServerState(config=config, service=service, decode_images=decode_images,
                         grammar_factory=_llguidance)
