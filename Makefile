@@ -86,9 +86,10 @@ lint: setup
 	$(VENV)/bin/ruff check src tests
 	$(VENV)/bin/mypy
 
-# Every test, after the static gates (and clang for the fuzz smoke). pytest's exit code 5 (no
+# Every test, after the static gates (and clang for the fuzz smoke, and the vLLM venv for
+# the remote-engine contract tests). pytest's exit code 5 (no
 # tests collected) is a failure here, said out loud.
-test: setup
+test: setup vllm-env
 	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory fuzz-deps
 	WASTE_REQUIRE_ORACLE=1 $(PY) -m pytest -q; rc=$$?; \
@@ -97,7 +98,7 @@ test: setup
 test-unit: setup
 	$(PY) -m pytest -q tests/unit
 
-test-contract: setup
+test-contract: setup vllm-env
 	$(PY) -m pytest -q tests/contract
 
 test-engine: setup

@@ -14,6 +14,7 @@ import contextlib
 import json
 
 import httpx
+import pytest
 from tests.contract.engines import serve
 
 TOOLS = [{"type": "function", "function": {
@@ -77,6 +78,9 @@ def chat(client: httpx.Client, messages: list[dict], stream: bool) -> tuple[str,
 
 
 def test_a_five_turn_chat_prefills_only_new_tokens(engine_kind, request):
+    if engine_kind == "vllm":
+        pytest.skip("vLLM's prefix cache is its own (block-granular, counted inside vLLM); "
+                    "this test reads our engines' evaluated positions")
     with contextlib.ExitStack() as stack:
         # The pasted titles and tools make prompts of up to ~1,500 tokens on the tiny model.
         cached = stack.enter_context(serve(engine_kind, request, ctx=2048))

@@ -87,11 +87,12 @@ class VllmServer:
                 lambda: any(text in line for line in self.lines) or self.exited.is_set(),
                 timeout) and any(text in line for line in self.lines)
 
-    def metric(self, name: str) -> float:
-        """The sum of a Prometheus counter's samples on vLLM's /metrics."""
+    def metric(self, name: str, label: str = "") -> float:
+        """The sum of a Prometheus counter's samples on vLLM's /metrics (those whose labels
+        contain ``label``)."""
         total = 0.0
         for line in httpx.get(self.base + "/metrics", timeout=30).text.splitlines():
-            if line.startswith(name) and not line.startswith("#"):
+            if line.startswith(name) and label in line:
                 total += float(line.rsplit(" ", 1)[1])
         return total
 
@@ -121,7 +122,7 @@ def start_vllm(model_dir: Path, log_path: Path) -> VllmServer:
     command = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
                "--served-model-name", SERVED_ID, "--host", "127.0.0.1", "--port", str(port),
                "--dtype", "float32", "--max-model-len", str(MAX_MODEL_LEN), "--enforce-eager",
-               "--enable-tokenizer-info-endpoint", "--disable-log-stats"]
+               "--enable-tokenizer-info-endpoint"]
     # Its own process group: the API server forks an engine core and workers; the whole
     # group is stopped at the end.
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

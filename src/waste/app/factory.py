@@ -36,7 +36,8 @@ def engine_opener(settings: Settings) -> EngineOpener:
         from waste.adapters.vllm import VllmOptions, open_vllm_engine
 
         options = VllmOptions(url=settings.vllm, api_key=settings.vllm_api_key,
-                              model=settings.vllm_model, chat_format=settings.chat_format)
+                              model=settings.vllm_model, chat_format=settings.chat_format,
+                              ctx_tokens=settings.ctx)
         return lambda: open_vllm_engine(options)
     if settings.fake_engine is not None:
         script = load_script(settings.fake_engine)  # a bad script fails at startup

@@ -66,7 +66,7 @@ def write_model(out: str | Path, *, seed: int = 0) -> Path:
                          intermediate_size=INTERMEDIATE, max_position_embeddings=MAX_POSITIONS,
                          initializer_range=INIT_RANGE, tie_word_embeddings=False,
                          eos_token_id=tok.token_to_id(EOS), bos_token_id=None,
-                         torch_dtype="float32")
+                         dtype="float32")
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(config)
     model.save_pretrained(out, safe_serialization=True)

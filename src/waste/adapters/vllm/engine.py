@@ -28,12 +28,14 @@ import attrs
 import httpx
 import trio
 
-from waste.domain.ports import (Cancelled, ContextFull, EngineFormatError, EngineIOError,
+from waste.domain.ports import (Cancelled, EngineFormatError, EngineIOError,
                                 EngineStats, EngineUnavailable, GenerationResult,
                                 InvalidArgument, MaskFiller, ModelInfo, Prompt, SamplingParams,
                                 TokenCallback, TokenEvent, Unsupported, fit_to_context)
 
 log = logging.getLogger("waste.vllm")
+# httpx logs every request at INFO: one line per token stream and per /tokenize call.
+logging.getLogger("httpx").setLevel(logging.WARNING)
 TOKEN_PREFIX = "token_id:"  # vLLM's spelling of an id with return_tokens_as_token_ids
 
 
@@ -46,6 +48,7 @@ class VllmOptions:
     api_key: str | None = None
     model: str | None = None  # the served model id; None: the only one /v1/models lists
     chat_format: str | None = None  # a chat.json file, for a vocabulary without XTML
+    ctx_tokens: int = 0  # caps vLLM's max_model_len when smaller (--ctx); 0: vLLM's
     connect_timeout_s: float = 10.0
     # The longest wait for the next chunk of a stream (vLLM's queue plus a long prefill),
     # and for any other answer.
@@ -161,6 +164,8 @@ class VllmEngine:
         if self._ctx <= 0:
             raise EngineFormatError(f"{self._where('/v1/models')} gives no max_model_len for "
                                     f"{self.model!r}")
+        if self.options.ctx_tokens:
+            self._ctx = min(self._ctx, self.options.ctx_tokens)
         try:
             info = self._request("GET", "/tokenizer_info")
         except Unsupported:
@@ -229,7 +234,9 @@ class VllmEngine:
             "model": self.model, "prompt": ids, "stream": True, "return_token_ids": True,
             "max_tokens": params.max_tokens, "temperature": params.temperature,
             "top_p": params.top_p, "top_k": params.top_k if params.top_k > 0 else -1,
-            "min_p": params.min_p, "seed": params.seed,
+            # Our seeds are unsigned 64-bit, vLLM's signed: the same 64 bits.
+            "min_p": params.min_p,
+            "seed": params.seed - (1 << 64) if params.seed >= 1 << 63 else params.seed,
             "presence_penalty": params.presence_penalty,
             "frequency_penalty": params.frequency_penalty,
             "repetition_penalty": params.repetition_penalty,
@@ -278,6 +285,7 @@ class VllmEngine:
         index = 0
         stop_reason = "max_tokens"
         prompt_tokens, cached = len(ids), 0
+        complete = False  # vLLM's [DONE] arrived
         try:
             with self._client.stream("POST", self._base + path,
                                      json=self._body(ids, params)) as response:
@@ -288,6 +296,7 @@ class VllmEngine:
                 self._check(response, path)
                 for data in _events(response.iter_lines()):
                     if data == "[DONE]":
+                        complete = True
                         break
                     chunk = json.loads(data)
                     usage = chunk.get("usage")
@@ -305,6 +314,11 @@ class VllmEngine:
                         break  # leaving the with closes the stream: vLLM aborts it
                     if call.aborted:
                         raise Cancelled("aborted")
+                if not complete and stop_reason != "callback":
+                    if call.aborted:
+                        raise Cancelled("aborted")
+                    raise EngineUnavailable(f"{self._where(path)} ended the stream after "
+                                            f"{index} token(s) without finishing it")
         except (httpx.TransportError, httpx.StreamError) as exc:
             if call.aborted:
                 raise Cancelled("aborted") from None
