@@ -80,12 +80,16 @@ class VllmServer:
         with self._changed:
             self._changed.notify_all()
 
-    def wait_for_line(self, text: str, timeout: float = 60.0) -> bool:
-        """Block until a log line contains ``text`` (woken by each new line)."""
+    def count_lines(self, text: str) -> int:
         with self._changed:
-            return self._changed.wait_for(
-                lambda: any(text in line for line in self.lines) or self.exited.is_set(),
-                timeout) and any(text in line for line in self.lines)
+            return sum(text in line for line in self.lines)
+
+    def wait_for_lines(self, text: str, count: int, timeout: float = 60.0) -> bool:
+        """Block until ``count`` log lines contain ``text`` (woken by each new line)."""
+        with self._changed:
+            self._changed.wait_for(
+                lambda: self.count_lines(text) >= count or self.exited.is_set(), timeout)
+            return self.count_lines(text) >= count
 
     def metric(self, name: str, label: str = "") -> float:
         """The sum of a Prometheus counter's samples on vLLM's /metrics (those whose labels
@@ -122,7 +126,9 @@ def start_vllm(model_dir: Path, log_path: Path) -> VllmServer:
     command = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
                "--served-model-name", SERVED_ID, "--host", "127.0.0.1", "--port", str(port),
                "--dtype", "float32", "--max-model-len", str(MAX_MODEL_LEN), "--enforce-eager",
-               "--enable-tokenizer-info-endpoint"]
+               "--enable-tokenizer-info-endpoint",
+               # "Aborted request(s) ID." lines: the tests see a disconnect abort upstream
+               "--enable-log-requests"]
     # Its own process group: the API server forks an engine core and workers; the whole
     # group is stopped at the end.
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -105,11 +105,16 @@ def create_app(engine: Any, settings: Settings) -> QuartTrio:
         cors_origins=settings.cors_origins, fake_engine=settings.fake_engine is not None,
         keepalive_s=settings.keepalive_s, body_timeout_s=settings.body_timeout_s,
         chat_json_first=settings.chat_format is not None)
+    running = concurrency(settings)
     service = GenerationService(opener=opener, max_queue=settings.max_queue,
-                                max_concurrency=concurrency(settings),
+                                max_concurrency=running,
+                                # a remote tokenizer answers over HTTP, several at once
+                                tokenizer_limiter=trio.CapacityLimiter(running),
                                 shutdown_grace_s=settings.shutdown_grace_s)
+    # Our answer grammar is a token mask inside the engine: vLLM cannot apply it, so a
+    # response_format is refused (400) there rather than failing at generation.
     state = ServerState(config=config, service=service, decode_images=decode_images,
-                        grammar_factory=_llguidance)
+                        grammar_factory=None if settings.vllm else _llguidance)
     service.on_open = state.resolve_chat_format
     app = QuartTrio("waste")
     app.config["RESPONSE_TIMEOUT"] = None  # long generations must not be cut at 60 s

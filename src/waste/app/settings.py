@@ -215,11 +215,22 @@ def load_settings(argv: Sequence[str] | None, env: Mapping[str, str], *,
     return Settings(**values)
 
 
+# What only libwaste does: meaningless in front of vLLM, so refused there by name.
+_NATIVE_ONLY = (("budget", "budget"), ("prefix-cache", "prefix_cache"), ("threads", "threads"),
+                ("io-threads", "io_threads"), ("cpus", "cpus"), ("cache", "cache"),
+                ("usage", "usage"), ("lookahead", "lookahead"), ("no-direct-io", "direct_io"),
+                ("verify", "verify"), ("exclusive-open", "exclusive_open"), ("vision", "vision"))
+
+
 def _check_engine_choice(values: dict, fake: str | None, asgi: bool) -> None:
     """One engine; the remote-only flags only with --vllm (a flag that does nothing is an error)."""
     if values.get("vllm"):
         if values["model"] is not None or fake is not None:
             raise UsageError("--vllm serves a remote engine: give no MODEL and no --fake-engine")
+        native = [flag for flag, field in _NATIVE_ONLY if field in values]
+        if native:
+            raise UsageError(f"--{native[0]} applies to libwaste, not to --vllm (vLLM sizes, "
+                             "places and caches the model itself, with its own flags)")
         if asgi and not values.get("vllm_model"):
             raise UsageError("WASTE_VLLM needs WASTE_VLLM_MODEL under an ASGI server (the "
                              "model id cannot be asked of vLLM before serving)")
