@@ -24,6 +24,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -101,16 +102,20 @@ def main() -> int:
         waste = subprocess.Popen(
             [sys.executable, "-m", "waste", "--vllm", base, "--vllm-model", args.model,
              "--port", str(port), "--max-concurrency", str(max(args.clients)),
-             "--log-level", "warning"],
+             "--log-level", "info"],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1"})
         try:
             assert waste.stdout is not None
-            for line in waste.stdout:  # its banner: it listens once the engine is open
-                if line.startswith("listening on"):
+            for line in waste.stdout:  # its log says when the engine is open
+                if "engine ready" in line:
                     break
+                if "engine failed to open" in line:
+                    raise SystemExit(f"waste could not open vLLM: {line.strip()}")
             else:
-                raise SystemExit("waste exited before listening")
+                raise SystemExit("waste exited before its engine was ready")
+            # Drain its (now quiet) output so it never blocks on a full pipe.
+            threading.Thread(target=lambda: [None for _ in waste.stdout], daemon=True).start()
             waste_base = f"http://127.0.0.1:{port}"
             httpx.get(waste_base + "/health", timeout=60).raise_for_status()
             return measure(args, base, waste_base)
