@@ -10,11 +10,20 @@ around it is the one place that provably runs. ``hold`` registers a release ther
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable, cast
+import contextlib
 
+from typing import Any, Awaitable, Callable, Iterator, cast
+
+import trio
 from quart import request
 
 _HOLDS = "waste.holds"
+PEER_EOF = "waste.peer_eof"  # the scope key of the exchange's PeerEof
+# After a client's end-of-input, when the server writes to find out whether it still reads:
+# the first write 50 ms after it, each next one twice as late, at most 2 s apart
+# (docs/HTTP.md §6, "Half-closed clients").
+PROBE_FIRST_S = 0.05
+PROBE_MAX_S = 2.0
 
 ASGIApp = Callable[[dict, Any, Any], Awaitable[None]]
 
@@ -28,6 +37,7 @@ def release_when_exchange_ends(asgi_app: ASGIApp) -> ASGIApp:
             return
         releases: list[Callable[[], None]] = []
         scope[_HOLDS] = releases
+        scope[PEER_EOF] = PeerEof()
         try:
             await asgi_app(scope, receive, send)
         finally:
@@ -51,3 +61,45 @@ def outcome() -> dict[str, Any]:
     from waste.adapters.http.metrics import OUTCOME
 
     return cast("dict[str, Any]", request.scope)[OUTCOME]
+
+
+def probe_delays() -> Iterator[float]:
+    """The waits between the writes that probe a half-closed client (PROBE_FIRST_S doubling
+    up to PROBE_MAX_S): a client that left answers the first with a reset, which makes the
+    next one fail, so it is found within about PROBE_FIRST_S plus twice its round trip."""
+    delay = PROBE_FIRST_S
+    while True:
+        yield delay
+        delay = min(delay * 2, PROBE_MAX_S)
+
+
+class PeerEof:
+    """The client ended its side of the connection after a whole request (a FIN).
+
+    That is a client that half-closed and still reads, or one that left: only a write tells
+    them apart (a departed client's kernel answers it with a reset, and the next write
+    fails). The HTTP server sets this and keeps the exchange going instead of reporting a
+    disconnect; a stream that has nothing to write wakes up to write probes."""
+
+    def __init__(self) -> None:
+        self.seen = False
+        self._wake: trio.CancelScope | None = None
+
+    def set(self) -> None:
+        self.seen = True
+        if self._wake is not None:
+            self._wake.cancel()
+
+    @contextlib.contextmanager
+    def waking(self, scope: trio.CancelScope) -> Iterator[None]:
+        """Cancel ``scope`` (a wait for something to write) when the end-of-input comes."""
+        self._wake = scope
+        try:
+            yield
+        finally:
+            self._wake = None
+
+
+def peer_eof() -> PeerEof:
+    """The current request's PeerEof."""
+    return cast("PeerEof", request.scope[PEER_EOF])
