@@ -14,13 +14,17 @@ from __future__ import annotations
 import json
 import socket
 
+import types
+
 import h11
 import httpx
 import pytest
+import trio
 
 from tests.contract.engines import serve
 from tests.contract.test_hardening_metrics import requests_total
 from tests.contract.test_http_concurrency import LONG
+from waste.app import hypercorn_fix
 
 CHAT = "/v1/chat/completions"
 COMPLETIONS = "/v1/completions"
@@ -233,3 +237,38 @@ def test_an_http_10_half_closed_client_gets_its_answer_without_a_1xx(request):
         assert old.status == 200 and old.informational == []
         assert json.loads(old.body)["usage"]["completion_tokens"] == 12
         assert later.status == 200 and set(later.informational) == {103}
+
+
+async def test_at_most_five_103_probes_go_out_before_an_answer(autojump_clock):
+    """On Trio's virtual clock: the probe schedule of a blocking answer, and its cap (Go's
+    HTTP/1.1 client refuses a sixth 1xx)."""
+    conn = h11.Connection(h11.SERVER)
+    conn.receive_data(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+    assert isinstance(conn.next_event(), h11.Request)
+    assert isinstance(conn.next_event(), h11.EndOfMessage)
+    conn.receive_data(b"")  # the client's end-of-input
+    start = trio.current_time()
+    writes: list[tuple[float, bytes]] = []
+
+    async def protocol_send(event) -> None:
+        writes.append((round(trio.current_time() - start, 6), event.data))
+
+    await hypercorn_fix._probe_until_answered(types.SimpleNamespace(protocol_send=protocol_send),
+                                              types.SimpleNamespace(connection=conn))
+    assert [at for at, _ in writes] == [0.02, 0.08, 0.26, 0.8, 2.42]
+    assert {data for _, data in writes} == {b"HTTP/1.1 103 Early Hints\r\n\r\n"}
+
+
+async def test_no_103_follows_the_head_of_the_answer(autojump_clock):
+    conn = h11.Connection(h11.SERVER)
+    conn.receive_data(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert isinstance(conn.next_event(), h11.Request)
+    conn.send(h11.Response(status_code=200, headers=[("Content-Length", "0")]))
+    writes: list = []
+
+    async def protocol_send(event) -> None:
+        writes.append(event)
+
+    await hypercorn_fix._probe_until_answered(types.SimpleNamespace(protocol_send=protocol_send),
+                                              types.SimpleNamespace(connection=conn))
+    assert writes == []

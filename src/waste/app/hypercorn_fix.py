@@ -23,6 +23,7 @@
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 from itertools import chain
 from math import inf
@@ -33,7 +34,7 @@ from hypercorn.events import Closed, RawData
 from hypercorn.protocol.h11 import H11Protocol
 from hypercorn.trio.tcp_server import MAX_RECV, TCPServer
 
-from waste.adapters.http.exchange import PEER_EOF, probe_delays
+from waste.adapters.http.exchange import MAX_INTERIM_PROBES, PEER_EOF, probe_delays
 
 _MARK = "_waste_patched"
 _STREAM_CLOSED = "_waste_stream_closed"  # a trio.Event on the H11Protocol, set by _close_stream
@@ -162,11 +163,14 @@ async def _probe_until_answered(server: TCPServer, proto: H11Protocol) -> None:
     """Empty ``103 Early Hints`` responses while the answer's head has not gone out (a
     client must parse a 1xx it did not expect, RFC 9110 §15.2). They go through hypercorn's
     writer, whose failure closes the stream; h11 is asked first in the same step, so a 103
-    can never follow the final response's head."""
-    for delay in probe_delays():
+    can never follow the final response's head. At most MAX_INTERIM_PROBES of them: a
+    client that half-closed and leaves later than that is not found, and its answer is
+    generated to the end (bounded by max_tokens)."""
+    for delay in itertools.islice(probe_delays(), MAX_INTERIM_PROBES):
         await trio.sleep(delay)
         if proto.connection.our_state is not h11.SEND_RESPONSE:
             return  # the head is out: the answer's own writes tell from here on
-        data = proto.connection.send(h11.InformationalResponse(status_code=103, headers=[]))
+        data = proto.connection.send(h11.InformationalResponse(status_code=103, headers=[],
+                                                          reason=b"Early Hints"))
         if data is not None:
             await server.protocol_send(RawData(data))
