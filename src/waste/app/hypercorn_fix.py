@@ -23,9 +23,8 @@
 from __future__ import annotations
 
 import functools
-import itertools
 import json
-from itertools import chain
+from itertools import chain, islice
 from math import inf
 
 import h11
@@ -166,7 +165,7 @@ async def _probe_until_answered(server: TCPServer, proto: H11Protocol) -> None:
     can never follow the final response's head. At most MAX_INTERIM_PROBES of them: a
     client that half-closed and leaves later than that is not found, and its answer is
     generated to the end (bounded by max_tokens)."""
-    for delay in itertools.islice(probe_delays(), MAX_INTERIM_PROBES):
+    for delay in islice(probe_delays(), MAX_INTERIM_PROBES):
         await trio.sleep(delay)
         if proto.connection.our_state is not h11.SEND_RESPONSE:
             return  # the head is out: the answer's own writes tell from here on

@@ -6,12 +6,14 @@ never started (the client left while the headers were going out, or before) is n
 entered, and a never-started async generator runs no ``finally`` (docs/STACK.md pitfall 4).
 The ASGI call itself always ends, by return, exception or cancellation, so a ``finally``
 around it is the one place that provably runs. ``hold`` registers a release there.
+
+The exchange also carries its ``PeerEof``: the HTTP server marks it when the client ends its
+side of the connection after a whole request, and a quiet stream then probes the client.
 """
 
 from __future__ import annotations
 
 import contextlib
-
 from typing import Any, Awaitable, Callable, Iterator, cast
 
 import trio
@@ -105,4 +107,4 @@ class PeerEof:
 
 def peer_eof() -> PeerEof:
     """The current request's PeerEof."""
-    return cast("PeerEof", request.scope[PEER_EOF])
+    return cast("PeerEof", cast("dict[str, Any]", request.scope)[PEER_EOF])
