@@ -212,12 +212,12 @@ const wk_kernels *wk_select(int32_t cfg, const char **why) {
     if (cfg == WASTE_KERNELS_GENERIC) return &generic_kernels;
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
-    int avx512 = __builtin_cpu_supports("avx512f");
+    int avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("f16c");
     int vnni = avx512 && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("f16c");
     int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
     if (cfg == WASTE_KERNELS_AVX512) {
-        if (!avx512 && why) *why = "this CPU lacks AVX-512F";
+        if (!avx512 && why) *why = "this CPU lacks AVX-512F or F16C";
         return avx512 ? (vnni ? &wk_avx512vnni_kernels : &wk_avx512_kernels) : NULL;
     }
     if (cfg == WASTE_KERNELS_AVX2) {

@@ -9,9 +9,10 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 
-#define AVX2 __attribute__((target("avx2,fma")))
-#define AVX512 __attribute__((target("avx512f,avx2,fma")))
-/* (avx2 implies SSSE3's pshufb, used for the E2M1 table lookup.) */
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+#define AVX512 __attribute__((target("avx512f,avx2,fma,f16c")))
+/* (avx2 implies SSSE3's pshufb, used for the E2M1 table lookup.) fp16 scales are widened by
+ * F16C's vcvtph2ps, exact like wu_fp16_to_f32 (subnormals included). */
 
 /* Tail elements continue the lane striping (n0 is a multiple of 16). */
 static float tail_f32(float acc[16], const float *w, const float *x, uint32_t n0, uint32_t n) {
@@ -62,7 +63,7 @@ AVX2 static float dot_int8_avx2(const uint8_t *row, const float *x, uint32_t n, 
     __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
     for (uint32_t g0 = 0; g0 < n; g0 += group) {
         uint16_t sh; memcpy(&sh, row, 2);
-        __m256 s = _mm256_set1_ps(wu_fp16_to_f32(sh));
+        __m256 s = _mm256_set1_ps(_cvtsh_ss(sh));
         const int8_t *q = (const int8_t *)(row + 2);
         for (uint32_t j = 0; j < group; j += 16) {
             a0 = _mm256_fmadd_ps(_mm256_mul_ps(i8x8(q + j), s), _mm256_loadu_ps(x + g0 + j), a0);
@@ -97,7 +98,7 @@ AVX2 static float dot_int4_avx2(const uint8_t *row, const float *x, uint32_t n, 
     const __m128i eight = _mm_set1_epi8(8);
     for (uint32_t g0 = 0; g0 < n; g0 += group) {
         uint16_t sh; memcpy(&sh, row, 2);
-        __m256 s = _mm256_set1_ps(wu_fp16_to_f32(sh));
+        __m256 s = _mm256_set1_ps(_cvtsh_ss(sh));
         const uint8_t *q = row + 2;
         for (uint32_t j = 0; j < group; j += 16) {
             __m128i v = _mm_sub_epi8(nibbles16(q + j / 2), eight);
@@ -152,7 +153,7 @@ AVX512 static float dot_int8_avx512(const uint8_t *row, const float *x, uint32_t
     __m512 a = _mm512_setzero_ps();
     for (uint32_t g0 = 0; g0 < n; g0 += group) {
         uint16_t sh; memcpy(&sh, row, 2);
-        __m512 s = _mm512_set1_ps(wu_fp16_to_f32(sh));
+        __m512 s = _mm512_set1_ps(_cvtsh_ss(sh));
         const int8_t *q = (const int8_t *)(row + 2);
         for (uint32_t j = 0; j < group; j += 16) {
             __m128i b = _mm_loadu_si128((const __m128i *)(q + j));
@@ -176,7 +177,7 @@ AVX512 static float dot_int4_avx512(const uint8_t *row, const float *x, uint32_t
     const __m128i eight = _mm_set1_epi8(8);
     for (uint32_t g0 = 0; g0 < n; g0 += group) {
         uint16_t sh; memcpy(&sh, row, 2);
-        __m512 s = _mm512_set1_ps(wu_fp16_to_f32(sh));
+        __m512 s = _mm512_set1_ps(_cvtsh_ss(sh));
         const uint8_t *q = row + 2;
         for (uint32_t j = 0; j < group; j += 16) {
             __m128i v = _mm_sub_epi8(nibbles16_512(q + j / 2), eight);
@@ -324,8 +325,61 @@ static void rows_q8_vnni(const wm_mat *m, uint32_t r0, uint32_t r1, const int8_t
             }                                                                                            \
         }                                                                                                \
     }
+/* AVX-512, f32 activations, four rows at a time: each row's 16 lanes get exactly the
+ * operations of dot_*_avx512 in the same order (w = (float)q · s, then fma with x); the four
+ * independent chains hide the FMA latency that bounds a single row, and x is loaded once. */
+AVX512 static inline __m128i i16_int8(const uint8_t *q, uint32_t j) { return _mm_loadu_si128((const __m128i *)(q + j)); }
+AVX512 static inline __m128i i16_int4(const uint8_t *q, uint32_t j) {
+    return _mm_sub_epi8(nibbles16_512(q + j / 2), _mm_set1_epi8(8));
+}
+AVX512 static inline __m128i i16_mxfp4(const uint8_t *q, uint32_t j) {
+    return _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)wk_e2m1x2), nibbles16_512(q + j / 2));
+}
+AVX512 static inline float scale_fp16(const uint8_t *g) { uint16_t h; memcpy(&h, g, 2); return _cvtsh_ss(h); }
+static inline float scale_e8m0(const uint8_t *g) { return wk_e8m0_half(g[0]); }
+#define ROWS4_512(NAME, LOAD16, SCALE, HDR, GBYTES, GCOLS, SINGLE)                                           \
+    AVX512 static void NAME(const wm_mat *m, uint32_t r0, uint32_t r1, const float *x, float *y) {          \
+        const uint32_t gc = GCOLS, ng = m->cols / gc;                                                        \
+        const uint64_t gb = GBYTES, rb = m->row_bytes;                                                       \
+        uint32_t r = r0;                                                                                      \
+        for (; r + 4 <= r1; r += 4) {                                                                         \
+            const uint8_t *w0 = m->data + (uint64_t)r * rb, *w1 = w0 + rb, *w2 = w1 + rb, *w3 = w2 + rb;   \
+            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                                      \
+            for (uint32_t g = 0; g < ng; g++) {                                                               \
+                const uint64_t go = (uint64_t)g * gb;                                                         \
+                __m512 s0 = _mm512_set1_ps(SCALE(w0 + go)), s1 = _mm512_set1_ps(SCALE(w1 + go));             \
+                __m512 s2 = _mm512_set1_ps(SCALE(w2 + go)), s3 = _mm512_set1_ps(SCALE(w3 + go));             \
+                const uint8_t *q0 = w0 + go + HDR, *q1 = w1 + go + HDR, *q2 = w2 + go + HDR, *q3 = w3 + go + HDR; \
+                for (uint32_t j = 0; j < gc; j += 16) {                                                       \
+                    __m512 xv = _mm512_loadu_ps(x + (uint64_t)g * gc + j);                                    \
+                    a0 = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(LOAD16(q0, j))), s0), xv, a0); \
+                    a1 = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(LOAD16(q1, j))), s1), xv, a1); \
+                    a2 = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(LOAD16(q2, j))), s2), xv, a2); \
+                    a3 = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(LOAD16(q3, j))), s3), xv, a3); \
+                }                                                                                             \
+            }                                                                                                 \
+            float acc[16];                                                                                    \
+            _mm512_storeu_ps(acc, a0); y[r] = wk_reduce16(acc);                                              \
+            _mm512_storeu_ps(acc, a1); y[r + 1] = wk_reduce16(acc);                                          \
+            _mm512_storeu_ps(acc, a2); y[r + 2] = wk_reduce16(acc);                                          \
+            _mm512_storeu_ps(acc, a3); y[r + 3] = wk_reduce16(acc);                                          \
+        }                                                                                                     \
+        for (; r < r1; r++) y[r] = SINGLE;                                                                    \
+    }
+ROWS4_512(rows4_int8_avx512, i16_int8, scale_fp16, 2, 2 + m->group, m->group,
+          dot_int8_avx512(m->data + (uint64_t)r * rb, x, m->cols, m->group))
+ROWS4_512(rows4_int4_avx512, i16_int4, scale_fp16, 2, 2 + m->group / 2, m->group,
+          dot_int4_avx512(m->data + (uint64_t)r * rb, x, m->cols, m->group))
+ROWS4_512(rows4_mxfp4_avx512, i16_mxfp4, scale_e8m0, 1, 17, 32, dot_mxfp4_avx512(m->data + (uint64_t)r * rb, x, m->cols))
+
 ROWS_LOOP(rows_avx2, dot_f32_avx2, dot_bf16_avx2, dot_int8_avx2, dot_int4_avx2, dot_mxfp4_avx2)
-ROWS_LOOP(rows_avx512, dot_f32_avx512, dot_bf16_avx512, dot_int8_avx512, dot_int4_avx512, dot_mxfp4_avx512)
+ROWS_LOOP(rows1_avx512, dot_f32_avx512, dot_bf16_avx512, dot_int8_avx512, dot_int4_avx512, dot_mxfp4_avx512)
+static void rows_avx512(const wm_mat *m, uint32_t r0, uint32_t r1, const float *x, float *y) {
+    if (m->fmt == WF_INT8) rows4_int8_avx512(m, r0, r1, x, y);
+    else if (m->fmt == WF_INT4) rows4_int4_avx512(m, r0, r1, x, y);
+    else if (m->fmt == WF_MXFP4) rows4_mxfp4_avx512(m, r0, r1, x, y);
+    else rows1_avx512(m, r0, r1, x, y);
+}
 
 const wk_kernels wk_avx2_kernels = {"avx2", dot_f32_avx2, dot_bf16_avx2, dot_int8_avx2, dot_int4_avx2, dot_mxfp4_avx2,
                                     rows_avx2, rows_q8_avx2};
