@@ -56,6 +56,9 @@ class LlamaStepper:
     def stats(self) -> dict:
         return {}
 
+    def reset(self) -> None:
+        self.llm.reset()
+
     def close(self) -> None:
         self.llm.close()
 
@@ -71,16 +74,23 @@ class WasteStepper:
         self.np = np
         ctx = len(args.prompt) + args.warmup + args.tokens + 8
         options = NativeOptions(ctx_tokens=ctx, usage_path="", n_threads=args.threads,
-                                ram_budget_bytes=args.budget, prefill_chunk=1,
-                                cache_policy=args.policy)
+                                ram_budget_bytes=args.budget, prefill_chunk=args.prefill_chunk,
+                                cache_policy=args.policy, io_threads=args.io_threads,
+                                lookahead=args.lookahead, activations=args.activations)
         self.engine = NativeEngine.open(model, options)
-        self.info = {"engine": "libwaste", "budget_bytes": args.budget, "policy": args.policy}
+        self.batch = args.prefill_chunk != 1
+        self.info = {"engine": "libwaste", "budget_bytes": args.budget, "policy": args.policy,
+                     "io_threads": args.io_threads, "lookahead": args.lookahead,
+                     "activations": args.activations, "prefill_chunk": args.prefill_chunk}
 
     def step(self, tokens: list[int]) -> int:
         logits = None
-        for t in tokens:
-            logits = self.engine.eval([t])
+        for t in ([tokens] if self.batch else [[t] for t in tokens]):
+            logits = self.engine.eval(t)
         return int(self.np.asarray(logits).argmax())
+
+    def reset(self) -> None:
+        self.engine.reset()
 
     def stats(self) -> dict:
         s = self.engine.statistics()
@@ -129,6 +139,13 @@ def main() -> int:
     ap.add_argument("--cgroup", type=Path)
     ap.add_argument("--budget", type=int, default=0, help="libwaste's ram_budget_bytes")
     ap.add_argument("--policy", default="layer")
+    ap.add_argument("--io-threads", type=int, default=0, help="libwaste's io_threads")
+    ap.add_argument("--lookahead", type=int, default=0, help="libwaste's lookahead")
+    ap.add_argument("--activations", default="f32", help="libwaste's activations (f32 or q8)")
+    ap.add_argument("--prefill-chunk", type=int, default=1, help="libwaste's prefill_chunk (1: token by token)")
+    ap.add_argument("--twice", action="store_true",
+                    help="decode everything once untimed, reset, then measure: every weight the "
+                         "measured pass uses is resident (the in-RAM runs)")
     args = ap.parse_args()
     if args.cgroup is not None:
         (args.cgroup / "cgroup.procs").write_text(str(os.getpid()))
@@ -137,6 +154,9 @@ def main() -> int:
     stepper = (LlamaStepper if args.engine == "llama" else WasteStepper)(args.model, args)
     load_s = time.perf_counter() - loaded
     try:
+        if args.twice:
+            decode(stepper, args.prompt, args.warmup, args.tokens)
+            stepper.reset()
         run = decode(stepper, args.prompt, args.warmup, args.tokens)
     finally:
         stepper.close()
