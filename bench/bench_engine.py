@@ -224,7 +224,9 @@ class Bench:
             emit_row(self.reader.measure(depth=depth, seconds=self.disk_s))
         m = 0.0
         for t in sorted({1, self.threads}):
-            row = measure_ram(threads=t, buffer_bytes=max(1 << 30, 32 * llc_bytes()))
+            # 32x the LLC, at least 1 GiB, at most 4 GiB (a VM may list a 480 MiB "LLC": 32x
+            # that is 15 GiB of a shared machine's RAM)
+            row = measure_ram(threads=t, buffer_bytes=min(4 << 30, max(1 << 30, 32 * llc_bytes())))
             emit_row(row)
             m = row["bytes_per_s"] if t == self.threads else m
         self.probe, self.probe_note = build_kernel_probe(workdir)

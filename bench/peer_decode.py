@@ -39,6 +39,20 @@ class LlamaStepper:
         import numpy as np
 
         self.np, self.lib = np, llama_cpp
+        if args.no_extra_bufts:
+            # llama.cpp's extra (repacking / AMX) weight buffers, off: on an AMX CPU this
+            # build aborts in ggml_backend_sched_split_graph (GGML_ASSERT(*cur_backend_id !=
+            # -1)) on this model; Llama() takes no such argument, so its defaults are wrapped.
+            import llama_cpp.llama_cpp as low
+
+            default = low.llama_model_default_params
+
+            def without_extra_bufts():
+                params = default()
+                params.use_extra_bufts = False
+                return params
+
+            low.llama_model_default_params = without_extra_bufts
         ctx = len(args.prompt) + args.warmup + args.tokens + 8
         self.llm = llama_cpp.Llama(model_path=str(model), n_ctx=ctx, n_batch=len(args.prompt),
                                    n_threads=args.threads, n_threads_batch=args.threads,
@@ -46,7 +60,7 @@ class LlamaStepper:
         self.n_vocab = self.llm.n_vocab()
         self.info = {"engine": "llama.cpp", "version": llama_cpp.__version__,
                      "system_info": llama_cpp.llama_print_system_info().decode(errors="replace"),
-                     "n_ctx": self.llm.n_ctx(), "mmap": True}
+                     "n_ctx": self.llm.n_ctx(), "mmap": True, "extra_bufts": not args.no_extra_bufts}
 
     def step(self, tokens: list[int]) -> int:
         self.llm.eval(tokens)
@@ -143,6 +157,8 @@ def main() -> int:
     ap.add_argument("--lookahead", type=int, default=0, help="libwaste's lookahead")
     ap.add_argument("--activations", default="f32", help="libwaste's activations (f32 or q8)")
     ap.add_argument("--prefill-chunk", type=int, default=1, help="libwaste's prefill_chunk (1: token by token)")
+    ap.add_argument("--no-extra-bufts", action="store_true",
+                    help="llama.cpp: model param use_extra_bufts = false (no repacked/AMX weight buffers)")
     ap.add_argument("--twice", action="store_true",
                     help="decode everything once untimed, reset, then measure: every weight the "
                          "measured pass uses is resident (the in-RAM runs)")
