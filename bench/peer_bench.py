@@ -178,6 +178,11 @@ def same_prefix(a: list[int], b: list[int]) -> int:
     return n
 
 
+# llama.cpp's repacked/AMX weight buffers abort on this model on an AMX CPU
+# (GGML_ASSERT(*cur_backend_id != -1) in ggml_backend_sched_split_graph): plain CPU buffers.
+LLAMA_FLAGS = ["--no-extra-bufts"]
+
+
 def _engine_flags(options) -> list[str]:
     """peer_decode.py's flags for libwaste's reading ahead and activations, as the bench runs it."""
     return ["--io-threads", str(options.io_threads), "--lookahead", str(options.lookahead),
@@ -202,7 +207,7 @@ def in_ram(models: Models, peer: Peer, *, budget: int, prompt: list[int], warmup
         runs.append(run_capped("waste", Path(sys.executable), models.container, None, f"ramw{i}",
                                [*common, "--budget", str(budget), "--policy", options.cache_policy,
                                 "--prefill-chunk", "0", *_engine_flags(options)], files))
-        runs.append(run_capped("llama", peer.python, models.gguf, None, f"raml{i}", common, files))
+        runs.append(run_capped("llama", peer.python, models.gguf, None, f"raml{i}", [*common, *LLAMA_FLAGS], files))
     row["runs"] = [_summary(r) for r in runs]
     failed = [r for r in runs if "error" in r]
     if failed:
@@ -265,7 +270,8 @@ def compare(models: Models, peer: Peer, *, budget: int, fraction: float, allowan
             runs.append(run_capped("waste", Path(sys.executable), models.container, cap_bytes, f"waste{i}",
                                    [*common, "--budget", str(budget), "--policy", policy,
                                     *(_engine_flags(options) if options is not None else [])], files))
-            runs.append(run_capped("llama", peer.python, models.gguf, cap_bytes, f"llama{i}", common, files))
+            runs.append(run_capped("llama", peer.python, models.gguf, cap_bytes, f"llama{i}",
+                                   [*common, *LLAMA_FLAGS], files))
     row["runs"] = [_summary(r) for r in runs]
     failed = [r for r in runs if "error" in r]
     if failed:
