@@ -81,6 +81,7 @@ static int32_t check_cfg(const waste_cfg *cfg, char *err, uint64_t cap) {
         wu_errf(err, cap, "cfg.kernels %d (%s): %s", cfg->kernels, cfg->kernels == WASTE_KERNELS_AVX2 ? "avx2" : "avx512", why);
         return WASTE_E_UNSUPPORTED;
     }
+    if (cfg->activations != WASTE_ACT_F32 && cfg->activations != WASTE_ACT_Q8) { wu_errf(err, cap, "cfg.activations %d unknown (0 f32, 1 q8)", cfg->activations); return WASTE_E_ARG; }
     if (cfg->ctx_tokens > (1u << 24)) { wu_errf(err, cap, "cfg.ctx_tokens %u above 16777216", cfg->ctx_tokens); return WASTE_E_ARG; }
     if (cfg->n_threads > 1024) { wu_errf(err, cap, "cfg.n_threads %u above 1024", cfg->n_threads); return WASTE_E_ARG; }
     if (cfg->prefill_chunk > 4096) { wu_errf(err, cap, "cfg.prefill_chunk %u above 4096", cfg->prefill_chunk); return WASTE_E_ARG; }
@@ -307,6 +308,7 @@ WASTE_API int32_t waste_get_stats(waste_ctx *ctx, waste_stats *s) {
     s->slots_used = ctx->cache.used;
     s->io_threads = ctx->io_threads;
     s->lookahead = ctx->lookahead;
+    s->activations = ctx->act_q8 ? WASTE_ACT_Q8 : WASTE_ACT_F32;
     s->guesses = atomic_load(&ctx->st_guesses);
     s->guess_hits = atomic_load(&ctx->st_guess_hits);
     s->wasted_bytes = atomic_load(&ctx->st_wasted_bytes);

@@ -86,6 +86,7 @@ struct waste_ctx {
     uint32_t ctx_tokens, prefill_chunk, n_threads, verify;
     wc_container c;
     const wk_kernels *k;
+    int act_q8;                     /* cfg.activations == WASTE_ACT_Q8 */
     wp_pool *pool;
     wt_tokenizer *tok;
     int dir_lock_fd;
@@ -112,6 +113,8 @@ struct waste_ctx {
     float *xn;                      /* [chunk][H] normed FFN inputs of a chunk */
     float *acc;                     /* [chunk][H] FFN outputs of a chunk */
     float *buf[12];                 /* [maxw] each */
+    int8_t *xq;                     /* [maxw] matvec input quantized (WASTE_ACT_Q8) */
+    float *xd;                      /* [maxw / 32 + 1] its block scales */
     float *xm;                      /* [H] an attention-residual mix (never aliases its inputs) */
     float *res;                     /* [n_blocks][chunk][H] attention-residual block snapshots */
     float *lz, *lacc;               /* [chunk][Rz] latent MoE: z, and the experts' weighted sum */

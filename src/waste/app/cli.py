@@ -94,6 +94,9 @@ def _print_plan(settings: Settings) -> int:
           + (" (reads on the computing thread)" if not settings.io_threads
              else f" (up to {settings.io_threads} record reads in flight)"))
     print(f"{'lookahead':>20}: {'on (next MoE layer guessed while decoding)' if settings.lookahead else 'off'}")
+    print(f"{'activations':>20}: {settings.activations}"
+          + (" (int8 per 32 for int8/int4/mxfp4 weights: integer dot products)" if settings.activations == "q8"
+             else " (exact f32: the reference)"))
     return 0
 
 

@@ -30,6 +30,7 @@ class Settings:
     threads: int = 0
     io_threads: int = 0
     lookahead: bool = False
+    activations: str = "q8"  # the server's default; libwaste's own is f32 (docs/ENGINE.md §4.3)
     cpus: str | None = None
     cache: str = "layer"
     direct_io: bool = True
@@ -130,6 +131,7 @@ _VALUED = {
     "ctx": ("ctx", lambda t, w: _parse_int(t, w)),
     "threads": ("threads", lambda t, w: _parse_int(t, w)),
     "io-threads": ("io_threads", lambda t, w: _parse_int(t, w, 0, 64)),
+    "activations": ("activations", lambda t, w: _choice(t, w, ("f32", "q8"))),
     "cpus": ("cpus", _check_cpus),
     "cache": ("cache", lambda t, w: _choice(t, w, ("layer", "lfru", "lru"))),
     "usage": ("usage", lambda t, w: t),

@@ -239,6 +239,11 @@ class GenerationResult:
     decode_ms: float
     direct_io: bool
     cached_tokens: int = 0
+    # Router lookahead during this call (docs/ENGINE.md §5): guesses issued, guesses the
+    # router confirmed, bytes of guesses found unused.
+    guesses: int = 0
+    guess_hits: int = 0
+    wasted_bytes: int = 0
 
 
 @attrs.frozen(kw_only=True)
@@ -263,6 +268,7 @@ class EngineStats:
     wasted_bytes: int = 0
     io_queue_depth_max: int = 0
     disk_busy_s: float = 0.0
+    activations: str = "f32"  # the matvec activations (docs/ENGINE.md §4.3): "f32" or "q8"
     prefix_cache: PrefixCacheStats = attrs.field(factory=PrefixCacheStats)
 
 

@@ -215,6 +215,8 @@ def _account(state: ServerState, finished: list[tuple[Job, Finished]],
         experts_hit=sum(r.experts_hit for r in results),
         experts_missed=sum(r.experts_missed for r in results),
         bytes_read=sum(r.bytes_read for r in results),
+        guesses=sum(r.guesses for r in results), guess_hits=sum(r.guess_hits for r in results),
+        wasted_bytes=sum(r.wasted_bytes for r in results),
         prefill_ms=sum(r.prefill_ms for r in results),
         decode_ms=sum(r.decode_ms for r in results))
     reader = first_job.assembler.reader

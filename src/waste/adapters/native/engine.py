@@ -311,7 +311,9 @@ class NativeEngine(NativeContext):
             result, prompt_tokens=len(ids), cached_tokens=cached,
             prefill_ms=result.prefill_ms + prefill_ms,
             experts_hit=after.hits - before.hits, experts_missed=after.misses - before.misses,
-            bytes_read=after.bytes_read - before.bytes_read)
+            bytes_read=after.bytes_read - before.bytes_read,
+            guesses=after.guesses - before.guesses, guess_hits=after.guess_hits - before.guess_hits,
+            wasted_bytes=after.wasted_bytes - before.wasted_bytes)
 
     def restore_prefix(self, key: Key) -> int:
         """Restore the longest stored prefix of ``key`` that leaves at least one position
@@ -420,7 +422,8 @@ class NativeEngine(NativeContext):
             stop_reason=STOP_REASONS.get(res.stop_reason, str(res.stop_reason)),
             experts_hit=res.experts_hit, experts_missed=res.experts_missed,
             bytes_read=res.bytes_read, prefill_ms=res.prefill_ms, decode_ms=res.decode_ms,
-            direct_io=bool(res.direct_io), tail=ffi.unpack(res.tail, res.tail_len) if res.tail_len else b"")
+            direct_io=bool(res.direct_io), guesses=res.guesses, guess_hits=res.guess_hits,
+            wasted_bytes=res.wasted_bytes, tail=ffi.unpack(res.tail, res.tail_len) if res.tail_len else b"")
 
     def _build_token_table(self) -> list[bytes]:
         """Every id's raw bytes (b"" for an id with no text), for the top logprobs: built
@@ -507,6 +510,7 @@ class NativeEngine(NativeContext):
                            io_threads=stats.io_threads, lookahead=stats.lookahead, guesses=stats.guesses,
                            guess_hits=stats.guess_hits, wasted_bytes=stats.wasted_bytes,
                            io_queue_depth_max=stats.queue_depth_max, disk_busy_s=stats.disk_busy_s,
+                           activations="q8" if stats.activations == lib.WASTE_ACT_Q8 else "f32",
                            prefix_cache=self.prefix_cache.stats())
 
 
