@@ -74,7 +74,7 @@ def test_restored_prefix_plus_rest_equals_fresh_prefill(native, container, refer
         result, _ = greedy(engine, ids)
         assert result.cached_tokens == 0 and result.prompt_tokens == 70
         # Stored: every 16 tokens inside the prompt, the prompt's end (less one), the reply.
-        stored = sorted(len(k) for k in engine.prefix_cache._entries)
+        stored = sorted(e.length for e in engine.prefix_cache)
         assert stored[:-1] == checkpoints(0, 69, 16) and stored[-1] == 70 + 6 - 1
         # A longer prompt sharing 50 tokens restores 48 (the last checkpoint inside them).
         longer = ids[:50] + prompt_of(30, engine.model_info().vocab, seed=8)

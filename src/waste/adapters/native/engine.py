@@ -23,7 +23,7 @@ import trio
 from waste.domain.ports import (BudgetExceeded, Cancelled, EngineError, EngineStats,
                                 GenerationResult, MaskFiller, Prompt, SamplingParams,
                                 TokenCallback, TokenEvent, fit_to_context)
-from waste.domain.prefix_cache import Key, PrefixCache, checkpoints
+from waste.domain.prefix_cache import Entry, Key, PrefixCache, checkpoints
 
 from waste.adapters.native.context import (MemoryPlan, NativeContext, fail, ffi, int32_array,
                                            lib, plan_memory)
@@ -118,6 +118,15 @@ def _set_fields(struct: Any, **values: Any) -> None:
             fail(lib.WASTE_E_ARG, f"sampling parameter {name}={value!r} is out of range: {exc}")
 
 
+@attrs.frozen(eq=False)
+class _Segment:
+    """A prefix-cache entry's value: its snapshot segment, and the bytes a whole snapshot of
+    the same state would take (to report what sharing saves)."""
+
+    buf: Any
+    whole_bytes: int
+
+
 # The default prefix cache: this share of the budget, when the engine's floor leaves room.
 PREFIX_CACHE_SHARE = 8
 _DEFAULT_CTX = 4096
@@ -188,7 +197,9 @@ class NativeEngine(NativeContext):
             if self.prefix_plan.bytes:
                 options = attrs.evolve(options,
                                        ram_budget_bytes=self.prefix_plan.engine_budget_bytes)
-        self.prefix_cache: PrefixCache[Any] = PrefixCache(capacity=self.prefix_plan.bytes)
+        self.prefix_cache: PrefixCache[_Segment] = PrefixCache(capacity=self.prefix_plan.bytes)
+        # The entry libwaste's segment anchor is (the last stored or restored), or None.
+        self._anchor: Entry[_Segment] | None = None
         super().__init__(path, options)
 
     @classmethod
@@ -227,6 +238,7 @@ class NativeEngine(NativeContext):
         """
         with self._call() as ctx:
             self._check(lib.waste_reset(ctx))
+        self._anchor = None
 
     def position(self) -> int:
         """Tokens evaluated since the last reset.
@@ -315,18 +327,23 @@ class NativeEngine(NativeContext):
 
     def restore_prefix(self, key: Key) -> int:
         """Restore the longest stored prefix of ``key`` that leaves at least one position
-        to evaluate (a snapshot carries no logits); the positions restored, 0 when none is
-        stored (the state is then untouched). Call it on a fresh state (after ``reset``).
+        to evaluate (a snapshot carries no logits): its chain of segments, root first. The
+        positions restored, 0 when none is stored (the state is then untouched). Call it on
+        a fresh state (after ``reset``).
 
         Raises:
-            EngineError: as ``waste_snapshot_load`` (E_STATE on a poisoned context).
+            EngineError: as ``waste_snapshot_chain_load`` (E_STATE on a poisoned context).
         """
         entry = self.prefix_cache.longest_prefix(tuple(key), below=len(key) - 1)
         if entry is None:
             return 0
+        chain = entry.chain()
+        segments = ffi.new("void *[]", [link.value.buf for link in chain])
+        lens = ffi.new("uint64_t[]", [link.size for link in chain])
         with self._call() as ctx:
-            self._check(lib.waste_snapshot_load(ctx, entry.value, entry.size))
-        return len(entry.key)
+            self._check(lib.waste_snapshot_chain_load(ctx, segments, lens, len(chain)))
+        self._anchor = entry
+        return entry.length
 
     def _read_stats_locked(self) -> Any:
         with self._pointer:
@@ -340,20 +357,42 @@ class NativeEngine(NativeContext):
     def store_prefix(self, key: Key) -> bool:
         """Store the current state in the prefix cache under ``key`` (the ids evaluated
         since the reset); False when the cache is off, already holds it, or it cannot fit.
-        Evicts before it allocates, so the cache never holds more than its bytes."""
+
+        The entry is a segment (docs/FORMAT.md §7.1) extending the entry last stored or
+        restored (libwaste's anchor): it holds only the MLA latents since, so entries of one
+        conversation share theirs. When that parent is gone, or the parent's chain leaves no
+        room, it is a root holding the whole state. Evicts before it allocates, so the cache
+        never holds more than its bytes.
+        """
         cache = self.prefix_cache
         if not cache.enabled or key in cache:
             return False
-        size = ffi.new("uint64_t *")
-        with self._call() as ctx:
-            self._check(lib.waste_snapshot_size(ctx, size))
-        n = int(size[0])
-        if not cache.make_room(n):
+        parent = self._anchor if self._anchor is not None and cache.holds(self._anchor) else None
+        n, base = self._segment_size(whole=parent is None)
+        if parent is not None and (base != parent.length or not cache.make_room(n, keep=parent)):
+            parent = None  # libwaste's anchor is not this entry, or its chain fills the cache
+            n, base = self._segment_size(whole=True)
+        if parent is None and not cache.make_room(n):
             return False
+        whole, written = ffi.new("uint64_t *"), ffi.new("uint64_t *")
         buf = _raw_alloc("char[]", n)
         with self._call() as ctx:
-            self._check(lib.waste_snapshot_save(ctx, buf, n, size))
-        return cache.put(key, buf, n)
+            self._check(lib.waste_snapshot_size(ctx, whole))
+            self._check(lib.waste_snapshot_segment_save(ctx, int(parent is None), buf, n, written))
+        entry = cache.put(key, _Segment(buf, int(whole[0])), n, parent=parent)
+        self._anchor = entry
+        return entry is not None
+
+    def _segment_size(self, *, whole: bool) -> tuple[int, int]:
+        size, base = ffi.new("uint64_t *"), ffi.new("uint64_t *")
+        with self._call() as ctx:
+            self._check(lib.waste_snapshot_segment_size(ctx, int(whole), size, base))
+        return int(size[0]), int(base[0])
+
+    def prefix_cache_sharing(self) -> tuple[int, int]:
+        """(bytes the cache's entries hold, bytes they would hold as whole snapshots): what
+        sharing MLA latents between entries saves (for bench/bench_prefix.py)."""
+        return self.prefix_cache.bytes, sum(e.value.whole_bytes for e in self.prefix_cache)
 
     def generate_ids(self, prompt: Sequence[int], params: SamplingParams,
                      on_token: TokenCallback, *, mask: MaskFiller | None = None) -> NativeGenerationResult:
