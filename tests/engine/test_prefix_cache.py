@@ -6,6 +6,8 @@ that has no cache (the snapshot route vs the plain route, docs/ENGINE.md §7).""
 
 from __future__ import annotations
 
+import mmap
+
 import numpy as np
 import pytest
 
@@ -231,10 +233,11 @@ def test_entries_of_a_conversation_share_their_latents(native, container, refere
         per_position = (entries[1].value.whole_bytes - entries[0].value.whole_bytes) // 16
         assert per_position > 4
         for e in entries[1:]:  # the parent's positions are not stored again (48 − 32: headers)
-            assert e.value.whole_bytes - e.size == e.parent.length * per_position - 16
+            assert e.value.whole_bytes - e.value.length == e.parent.length * per_position - 16
+        # The cache counts each segment's pages, once.
         stored, unshared = engine.prefix_cache_sharing()
         assert stored == sum(e.size for e in entries) < unshared
-        assert unshared == sum(e.value.whole_bytes for e in entries)
+        assert all(e.size == -(-e.value.length // mmap.PAGESIZE) * mmap.PAGESIZE for e in entries)
         _chains_are_whole(engine.prefix_cache)
         # Restores from the leaf (six segments), from the middle, and parting inside a parent.
         assert _restores_exactly(engine, reference, ids + prompt_of(3, vocab, seed=9)) == 69

@@ -48,7 +48,7 @@ def prompt_key(ids: Sequence[int], placeholder: int | None, digests: Sequence[st
     return tuple(out)
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, kw_only=True)
 class Entry(Generic[V]):
     """One stored state: the ``length`` positions of its key, of which it holds ``tail``
     (the positions after its parent's) and ``size`` bytes; its ``parent`` holds the rest.
@@ -229,7 +229,7 @@ class PrefixCache(Generic[V]):
         if self.find(key) is not None or not self.make_room(size, keep=parent):
             return None
         start = parent.length if parent is not None else 0
-        entry = Entry(key[start:], value, size, parent)
+        entry = Entry(tail=key[start:], value=value, size=size, parent=parent)
         if parent is not None:
             parent.children += 1
         self._lru[entry] = None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import mmap
 import os
 import time
 from pathlib import Path
@@ -106,8 +107,6 @@ def _waste_on_mask(index: int, allowed: Any, n_words: int, user: Any) -> int:
     return ffi.from_handle(user).run(index, allowed, n_words)
 
 
-# Snapshot buffers are written whole by waste_snapshot_save: no need to zero them first.
-_raw_alloc = ffi.new_allocator(should_clear_after_alloc=False)
 
 
 def _set_fields(struct: Any, **values: Any) -> None:
@@ -120,11 +119,29 @@ def _set_fields(struct: Any, **values: Any) -> None:
 
 @attrs.frozen(eq=False)
 class _Segment:
-    """A prefix-cache entry's value: its snapshot segment, and the bytes a whole snapshot of
-    the same state would take (to report what sharing saves)."""
+    """A prefix-cache entry's value: its snapshot segment in a private anonymous mapping
+    (``length`` bytes of it; the mapping rounds up to whole pages), and the bytes a whole
+    snapshot of the same state would take (to report what sharing saves).
 
-    buf: Any
+    A mapping rather than malloc: an evicted entry's pages go back to the system at once,
+    where malloc would keep freed buffers in its heap (the process would outgrow the budget
+    the cache counts; bench/bench_prefix.py measures it)."""
+
+    pages: mmap.mmap
+    length: int
     whole_bytes: int
+
+    @classmethod
+    def allocate(cls, length: int, whole_bytes: int) -> "_Segment":
+        return cls(mmap.mmap(-1, max(length, 1), flags=mmap.MAP_PRIVATE), length, whole_bytes)
+
+    @staticmethod
+    def footprint(length: int) -> int:
+        """The bytes the cache counts for a segment: its pages."""
+        return -(-max(length, 1) // mmap.PAGESIZE) * mmap.PAGESIZE
+
+    def pointer(self) -> Any:
+        return ffi.from_buffer(self.pages)
 
 
 # The default prefix cache: this share of the budget, when the engine's floor leaves room.
@@ -155,7 +172,8 @@ def plan_prefix_cache(plan: MemoryPlan, options: NativeOptions) -> PrefixCachePl
         BudgetExceeded: an explicit size that leaves the engine below its floor.
     """
     ctx = options.ctx_tokens or _DEFAULT_CTX
-    entry = plan.state_bytes + 4 * ctx + 36  # docs/FORMAT.md §7: the blob at position ctx
+    # docs/FORMAT.md §7.1: a root segment at position ctx, in whole pages
+    entry = _Segment.footprint(plan.state_bytes + 4 * ctx + 52)
     budget, room = plan.budget_bytes, max(0, plan.budget_bytes - plan.floor_bytes)
     requested = options.prefix_cache
     if requested == 0:
@@ -338,8 +356,9 @@ class NativeEngine(NativeContext):
         if entry is None:
             return 0
         chain = entry.chain()
-        segments = ffi.new("void *[]", [link.value.buf for link in chain])
-        lens = ffi.new("uint64_t[]", [link.size for link in chain])
+        pointers = [link.value.pointer() for link in chain]  # alive through the call
+        segments = ffi.new("void *[]", pointers)
+        lens = ffi.new("uint64_t[]", [link.value.length for link in chain])
         with self._call() as ctx:
             self._check(lib.waste_snapshot_chain_load(ctx, segments, lens, len(chain)))
         self._anchor = entry
@@ -369,17 +388,20 @@ class NativeEngine(NativeContext):
             return False
         parent = self._anchor if self._anchor is not None and cache.holds(self._anchor) else None
         n, base = self._segment_size(whole=parent is None)
-        if parent is not None and (base != parent.length or not cache.make_room(n, keep=parent)):
+        if parent is not None and (base != parent.length
+                                   or not cache.make_room(_Segment.footprint(n), keep=parent)):
             parent = None  # libwaste's anchor is not this entry, or its chain fills the cache
             n, base = self._segment_size(whole=True)
-        if parent is None and not cache.make_room(n):
+        if parent is None and not cache.make_room(_Segment.footprint(n)):
             return False
         whole, written = ffi.new("uint64_t *"), ffi.new("uint64_t *")
-        buf = _raw_alloc("char[]", n)
         with self._call() as ctx:
             self._check(lib.waste_snapshot_size(ctx, whole))
-            self._check(lib.waste_snapshot_segment_save(ctx, int(parent is None), buf, n, written))
-        entry = cache.put(key, _Segment(buf, int(whole[0])), n, parent=parent)
+        segment = _Segment.allocate(n, int(whole[0]))
+        with self._call() as ctx:
+            self._check(lib.waste_snapshot_segment_save(ctx, int(parent is None),
+                                                        segment.pointer(), n, written))
+        entry = cache.put(key, segment, _Segment.footprint(n), parent=parent)
         self._anchor = entry
         return entry is not None
 
@@ -390,9 +412,10 @@ class NativeEngine(NativeContext):
         return int(size[0]), int(base[0])
 
     def prefix_cache_sharing(self) -> tuple[int, int]:
-        """(bytes the cache's entries hold, bytes they would hold as whole snapshots): what
-        sharing MLA latents between entries saves (for bench/bench_prefix.py)."""
-        return self.prefix_cache.bytes, sum(e.value.whole_bytes for e in self.prefix_cache)
+        """(bytes the cache's entries count, bytes they would count as whole snapshots, each
+        in whole pages): what sharing MLA latents between entries saves."""
+        return self.prefix_cache.bytes, sum(_Segment.footprint(e.value.whole_bytes)
+                                            for e in self.prefix_cache)
 
     def generate_ids(self, prompt: Sequence[int], params: SamplingParams,
                      on_token: TokenCallback, *, mask: MaskFiller | None = None) -> NativeGenerationResult:
