@@ -483,6 +483,35 @@ int32_t waste_snapshot_save(waste_ctx *ctx, void *buf, uint64_t cap, uint64_t *n
  * E_UNSUPPORTED (tokenizer_only), E_BUSY. */
 int32_t waste_snapshot_load(waste_ctx *ctx, const void *buf, uint64_t len);
 
+/* Snapshot segments (docs/FORMAT.md §7.1): snapshots of one conversation that share their
+ * MLA latents. A segment holds the ids and MLA latents of positions [base, P) only, the
+ * whole KDA state at P, and the crc of its parent: the segment that ends at base (none for
+ * a root, base 0). A chain root..leaf restores the state at the leaf's P, byte for byte
+ * the one a whole snapshot at P restores.
+ * The ctx's anchor is the last segment it saved or chain-loaded: eval and generate only
+ * append, so the anchor stays the parent of the next segment; waste_reset and
+ * waste_snapshot_load clear it (the next segment is then a root). The library keeps no
+ * pointer to a segment: the caller owns them, and a chain whose parent it dropped can only
+ * be continued by a `whole` (root) segment. */
+/* *size = the bytes waste_snapshot_segment_save(ctx, whole, ...) needs now and *base = the
+ * segment's first position: the anchor's P, or 0 when `whole` is nonzero or there is no
+ * anchor. E_ARG (NULL size or base), E_UNSUPPORTED (tokenizer_only), E_BUSY. */
+int32_t waste_snapshot_segment_size(waste_ctx *ctx, int32_t whole, uint64_t *size, uint64_t *base);
+/* Writes the segment from the anchor (a root when `whole` or unanchored) to buf and makes it
+ * the anchor; *n_out = its size (on E_SPACE: the size needed; the anchor is unchanged).
+ * E_ARG (NULL n_out, or NULL buf with cap > 0), E_UNSUPPORTED, E_STATE (poisoned), E_SPACE,
+ * E_BUSY. */
+int32_t waste_snapshot_segment_save(waste_ctx *ctx, int32_t whole, void *buf, uint64_t cap,
+                                    uint64_t *n_out);
+/* Restores the chain segments[0..n), root first; lens[i] is segment i's size. Everything is
+ * validated before the ctx is touched, as waste_snapshot_load does for each segment, plus
+ * the links: segment 0 is a root, segment i starts where i-1 ends and names i-1's crc. Any
+ * mismatch is E_FORMAT naming the segment, the ctx untouched. The leaf becomes the anchor.
+ * E_ARG (NULL segments or lens, a NULL segment, n = 0), E_STATE (poisoned), E_UNSUPPORTED,
+ * E_BUSY. */
+int32_t waste_snapshot_chain_load(waste_ctx *ctx, const void *const *segments,
+                                  const uint64_t *lens, uint32_t n);
+
 /* Writes the access counts (those merged from the hotlist at open plus this ctx's: one per
  * token, layer and routed expert in decode, one per distinct expert per prefill chunk and
  * layer) to `path` in docs/FORMAT.md §8 layout, via a temporary file in the same directory

@@ -351,6 +351,30 @@ WASTE_API int32_t waste_snapshot_load(waste_ctx *ctx, const void *buf, uint64_t 
     return wx_leave(ctx, wsnap_load(ctx, buf, len));
 }
 
+WASTE_API int32_t waste_snapshot_segment_size(waste_ctx *ctx, int32_t whole, uint64_t *size, uint64_t *base) {
+    WX_ENTER(ctx);
+    if (!size || !base) { wx_err(ctx, "size and base must not be NULL"); return wx_leave(ctx, WASTE_E_ARG); }
+    if (ctx->tokenizer_only) { wx_err(ctx, "the ctx was opened with tokenizer_only"); return wx_leave(ctx, WASTE_E_UNSUPPORTED); }
+    wsnap_segment_size(ctx, whole, size, base);
+    return wx_leave(ctx, WASTE_OK);
+}
+
+WASTE_API int32_t waste_snapshot_segment_save(waste_ctx *ctx, int32_t whole, void *buf, uint64_t cap, uint64_t *n_out) {
+    WX_ENTER(ctx);
+    if (!n_out || (!buf && cap)) { wx_err(ctx, "buf and n_out must not be NULL"); return wx_leave(ctx, WASTE_E_ARG); }
+    if (ctx->tokenizer_only) { wx_err(ctx, "the ctx was opened with tokenizer_only"); return wx_leave(ctx, WASTE_E_UNSUPPORTED); }
+    if (ctx->poisoned) { wx_err(ctx, "%s", POISONED); return wx_leave(ctx, WASTE_E_STATE); }
+    return wx_leave(ctx, wsnap_segment_save(ctx, whole, buf, cap, n_out));
+}
+
+WASTE_API int32_t waste_snapshot_chain_load(waste_ctx *ctx, const void *const *segments, const uint64_t *lens, uint32_t n) {
+    WX_ENTER(ctx);
+    if (!segments || !lens || n == 0) { wx_err(ctx, "segments and lens must not be NULL and n must be at least 1"); return wx_leave(ctx, WASTE_E_ARG); }
+    if (ctx->tokenizer_only) { wx_err(ctx, "the ctx was opened with tokenizer_only"); return wx_leave(ctx, WASTE_E_UNSUPPORTED); }
+    if (ctx->poisoned) { wx_err(ctx, "%s", POISONED); return wx_leave(ctx, WASTE_E_STATE); }
+    return wx_leave(ctx, wsnap_chain_load(ctx, segments, lens, n));
+}
+
 /* ==== hotlist ====================================================================== */
 WASTE_API int32_t waste_save_usage(waste_ctx *ctx, const char *path) {
     WX_ENTER(ctx);

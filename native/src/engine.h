@@ -106,6 +106,12 @@ struct waste_ctx {
     float **conv;                   /* per KDA layer: [3][Hd][K-1], oldest tap first */
     float **S;                      /* per KDA layer: [Hk][d][d] (key row, value col) */
     float **lat;                    /* per MLA layer: [ctx_tokens][r + dr] */
+    /* The snapshot segment this state extends (snapshot.c, docs/FORMAT.md §7.1): the last
+     * one saved or chain-loaded; eval/generate only append, so it stays valid until a
+     * reset (wm_reset_state) or a whole-snapshot load clears it. */
+    int seg_anchored;
+    uint64_t seg_pos;               /* its position P */
+    uint32_t seg_crc;               /* its trailing crc32 */
 
     /* scratch */
     uint32_t maxw;

@@ -393,6 +393,7 @@ void wm_reset_state(waste_ctx *ctx) {
     }
     ctx->pos = 0;
     ctx->has_logits = 0;
+    ctx->seg_anchored = 0;
 }
 
 /* ==== math helpers (f32) =========================================================== */
