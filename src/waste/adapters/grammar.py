@@ -38,17 +38,21 @@ _ANY_JSON_OBJECT = {"type": "object"}
 class LlguidanceMatcher:
     """One reply's grammar state (the ``TokenMatcher`` port)."""
 
-    def __init__(self, matcher: Any, eos_id: int, close_ids: tuple[int, ...]) -> None:
+    def __init__(self, matcher: Any, eos_id: int, close_ids: tuple[int, ...], *,
+                 own_end: bool = False) -> None:
         self._matcher = matcher
         self._eos = eos_id
         self._close = close_ids
+        self._own_end = own_end  # the grammar names its end marker itself (a whole reply)
 
     def fill(self, words: memoryview) -> None:
         mask = self._matcher.compute_bitmask()
         size = 4 * len(words)
         allowed = int.from_bytes(mask[:size], "little")
-        ends = (allowed >> self._eos) & 1
-        allowed &= ~(1 << self._eos)  # the grammar's EOS is not a token to sample
+        ends = 0
+        if not self._own_end:
+            ends = (allowed >> self._eos) & 1
+            allowed &= ~(1 << self._eos)  # the grammar's EOS is not a token to sample
         merged = int.from_bytes(words.tobytes(), "little") & allowed
         words[:] = memoryview(merged.to_bytes(size, "little")).cast("I")
         if ends:  # the grammar may end here: the answer's close ids stand for its EOS
@@ -58,7 +62,8 @@ class LlguidanceMatcher:
             raise RuntimeError(f"grammar error: {self._matcher.get_error()}")
 
     def consume(self, token: int) -> None:
-        if not self._matcher.consume_token(self._eos if token in self._close else token):
+        if not self._matcher.consume_token(self._eos if token in self._close and not self._own_end
+                                           else token):
             raise RuntimeError(f"grammar refused token {token}: {self._matcher.get_error()}")
 
     def finished(self) -> bool:
@@ -104,6 +109,33 @@ class LlguidanceCompiler:
 
         def new_matcher(close_ids: tuple[int, ...]) -> TokenMatcher:
             return LlguidanceMatcher(llguidance.LLMatcher(tokens, grammar, log_level=0), self._eos, close_ids)
+
+        return new_matcher
+
+    def lark(self, grammar: str, schemas: Sequence[tuple[Any, str]]) -> Callable[[], TokenMatcher]:
+        """A factory of matchers for a whole-reply grammar (tool calls). Blocking.
+
+        Raises:
+            InvalidRequest: a schema keyword the compiler does not implement, named by its
+                path (``tools[0].function.parameters.properties.x.uniqueItems``); or a grammar
+                llguidance refuses as a whole (param ``tools``).
+        """
+        for schema, param in schemas:
+            _check(schema, param)
+        try:
+            compiled = llguidance.LLMatcher.grammar_from_lark(grammar)
+        except ValueError as exc:
+            raise InvalidRequest(f"tools: the tool calls cannot be enforced: {exc}", "tools",
+                                 "invalid_value") from None
+        tokens = self._tokens()
+        error = llguidance.LLMatcher.validate_grammar(compiled, tokens)
+        if error and not error.startswith("WARNING"):
+            raise InvalidRequest(f"tools: the tool calls cannot be enforced: {error}", "tools",
+                                 "invalid_value")
+
+        def new_matcher() -> TokenMatcher:
+            return LlguidanceMatcher(llguidance.LLMatcher(tokens, compiled, log_level=0), self._eos, (),
+                                     own_end=True)
 
         return new_matcher
 
