@@ -122,6 +122,9 @@ def chat_specials(chat_format: str) -> tuple[tuple[str, ...], dict | None]:
                              "source tree's examples/ (run from a checkout, or use --chat-json xtml or none)") from None
     if chat_format == "kimi-linear":
         return KIMI_LINEAR_SPECIALS + K2_TOOL_MARKERS + (EOS,), chat
+    # No vision tower, and libwaste's only image placeholder is <|media_pad|>: an image block
+    # would make the chat.json unloadable, so the synthetic GLM container has none.
+    chat = {key: value for key, value in chat.items() if key != "image"}
     markers: list[str] = []
     for value in _strings(chat):
         markers += [m for m in _CHAT_MARKER.findall(value) if m not in markers]
