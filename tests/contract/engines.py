@@ -54,7 +54,7 @@ class RecordingEngine:
         self._pause_at = None
         self._resume.set()
 
-    def generate(self, prompt, params, on_token: Callable, *, is_cancelled=None):
+    def generate(self, prompt, params, on_token: Callable, *, is_cancelled=None, mask=None):
         self.record.prompts.append(list(prompt.ids))
         self.record.generated.append(0)
         self.record.replies.append([])
@@ -69,7 +69,8 @@ class RecordingEngine:
             return on_token(event)
 
         try:
-            result = self.inner.generate(prompt, params, counted, is_cancelled=is_cancelled)
+            masked = {"mask": mask} if mask is not None else {}  # a grammar (tools, response_format)
+            result = self.inner.generate(prompt, params, counted, is_cancelled=is_cancelled, **masked)
         except Exception as exc:
             self.record.stop_reasons.append(getattr(exc, "code", type(exc).__name__))
             raise

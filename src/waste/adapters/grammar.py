@@ -73,7 +73,11 @@ class LlguidanceMatcher:
 class LlguidanceCompiler:
     """The ``GrammarCompiler`` port on one served vocabulary (built lazily, thread-safe)."""
 
-    def __init__(self, tokenizer: Tokenizer, vocab: int, n_base_vocab: int, eos_id: int) -> None:
+    def __init__(self, tokenizer: Tokenizer, vocab: int, n_base_vocab: int, eos_id: int, *,
+                 plain_limit: int | None = None) -> None:
+        """``plain_limit``: plain ids at or past it are never offered under a grammar (the
+        fake engine's 1.1M code-point vocabulary; None: every id is)."""
+        self._plain_limit = plain_limit
         self._tokenizer = tokenizer
         self._vocab = vocab
         self._n_base = n_base_vocab
@@ -85,7 +89,8 @@ class LlguidanceCompiler:
         with self._lock:
             if self._lltokenizer is None:
                 self._lltokenizer = llguidance.LLTokenizer(
-                    llguidance.TokenizerWrapper(_Vocabulary(self._tokenizer, self._vocab, self._n_base, self._eos)),
+                    llguidance.TokenizerWrapper(_Vocabulary(self._tokenizer, self._vocab, self._n_base,
+                                                            self._eos, self._plain_limit)),
                     n_vocab=self._vocab)
             return self._lltokenizer
 
@@ -143,8 +148,10 @@ class LlguidanceCompiler:
 class _Vocabulary:
     """What ``llguidance.TokenizerWrapper`` reads: every id's bytes, specials marked."""
 
-    def __init__(self, tokenizer: Tokenizer, vocab: int, n_base: int, eos_id: int) -> None:
+    def __init__(self, tokenizer: Tokenizer, vocab: int, n_base: int, eos_id: int,
+                 plain_limit: int | None = None) -> None:
         self._tokenizer = tokenizer
+        self._plain_limit = n_base if plain_limit is None else min(plain_limit, n_base)
         self.eos_token_id = eos_id
         self.bos_token_id = None
         self.special_token_ids = list(range(n_base, vocab))
@@ -156,6 +163,8 @@ class _Vocabulary:
         self._longest = max((len(raw) for raw in self._ids), default=1)
 
     def _bytes(self, token: int, n_base: int) -> bytes:
+        if self._plain_limit <= token < n_base:
+            return b""  # not offered under a grammar (see LlguidanceCompiler)
         try:
             raw = self._tokenizer.detokenize([token])
         except Exception:  # an id with no text (padding rows): never allowed by a grammar
