@@ -312,7 +312,7 @@ class ChatJsonFormat:
         del thinking
         calls: k2tools.CallSectionReader | glmtools.GlmCallReader | None = None
         if self.glm_marker_ids is not None:
-            schemas = {(t.get("function") or {}).get("name"): (t.get("function") or {}).get("parameters")
+            schemas = {str((t.get("function") or {}).get("name")): (t.get("function") or {}).get("parameters")
                        for t in tools or ()}
             calls = glmtools.GlmCallReader(self.glm_marker_ids, schemas)
         elif self.tool_marker_ids is not None:

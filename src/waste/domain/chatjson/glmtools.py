@@ -113,7 +113,7 @@ def is_string_schema(schema: Any) -> bool:
         return False
     if schema.get("type") == "string":
         return True
-    values = schema.get("enum", [schema["const"]] if "const" in schema else None)
+    values = schema.get("enum", [schema["const"]] if "const" in schema else [])
     return "type" not in schema and bool(values) and all(isinstance(v, str) for v in values)
 
 
@@ -244,7 +244,7 @@ def _pairs(spec: ToolSpec) -> list[Argument]:
             f"{spec.param}: GLM tool markup writes arguments key by key, so only an object "
             "schema of properties (and required) can be enforced.", spec.param, "unsupported_value")
     for argument in arguments:
-        sub = (schema.get("properties") or {}).get(argument.key)
+        sub = (schema.get("properties") or {}).get(argument.key) or {}
         if argument.type_name is None and is_string_schema(sub):
             bad = next((k for k in ("pattern", "format") if k in sub), "type")
             where = f"{spec.param}.properties.{argument.key}.{bad}"

@@ -77,7 +77,7 @@ def tool_specs(tools: Sequence[dict[str, Any]], choice: str | None, function: st
         if function is not None and name != function:
             continue
         parameters = fn.get("parameters")
-        specs.append(ToolSpec(name=name, parameters=parameters if parameters is not None else {},
+        specs.append(ToolSpec(name=str(name), parameters=parameters if parameters is not None else {},
                               param=f"tools[{i}].function.parameters"))
     return tuple(specs)
 
