@@ -120,11 +120,12 @@ def test_forced_and_named_calls_parse_and_validate(base, choice):
 
 
 def test_auto_calls_that_are_made_validate(base):
+    """A random model under ``auto`` may answer in text or call (which, is up to the seed; the
+    demo-model test shows both happen): every call it makes validates."""
     name, url, bias = base
     tools = FORMATS[name]
     with httpx.Client(base_url=url, timeout=600) as client:
         for seed in range(4):
-            # short free text: the bias on the format's structure marks gives calls a chance
             reply = client.post("/v1/chat/completions", json=_body(name, tools, seed, "auto", bias))
             assert reply.status_code == 200, reply.text
             message = reply.json()["choices"][0]["message"]

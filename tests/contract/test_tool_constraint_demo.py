@@ -66,3 +66,20 @@ def test_forced_calls_on_the_demo_model(served, choice, question):
         joined = join_deltas(events)
         assert joined["finish_reason"] == "tool_calls", joined
         _check(joined["calls"], allowed)
+
+
+def test_auto_keeps_both_text_and_calls_possible(served):
+    """Under ``auto`` the same grammar lets the model answer in text or call a tool."""
+    with httpx.Client(base_url=served, timeout=600) as client:
+        def ask(question):
+            reply = client.post("/v1/chat/completions", json={
+                "messages": [{"role": "user", "content": question}], "tools": TOOLS, "temperature": 0})
+            assert reply.status_code == 200, reply.text
+            return reply.json()["choices"][0]
+
+        call = ask("What time is it in Tokyo?")
+        assert call["finish_reason"] == "tool_calls", call
+        _check(call["message"]["tool_calls"], {"get_time", "get_weather"})
+        text = ask("What is 2 plus 3?")
+        assert text["finish_reason"] == "stop" and text["message"]["content"], text
+        assert "tool_calls" not in text["message"]
