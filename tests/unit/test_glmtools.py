@@ -160,7 +160,7 @@ class TestGrammars:
         assert element_arguments({"type": "object", "minProperties": 1}) is None
 
     def test_xtml_named_call_is_one_call_numbered_1(self):
-        specs = tool_specs([WEATHER, CLOCK], "required", "clock")
+        specs = tool_specs([WEATHER, CLOCK], "clock")
         assert [s.name for s in specs] == ["clock"]
         grammar = xtml_reply_grammar(self.IDS, specs, mode="named", thinking=True, answer=None)
         assert "calls: call_0\n" in grammar.lark and 'index=\\"" "1"' in grammar.lark
@@ -176,7 +176,7 @@ class TestGrammars:
 
     def test_auto_with_a_response_format_has_json_content_or_calls(self):
         answer = response_schema({"type": "json_object"})
-        grammar = xtml_reply_grammar(self.IDS, tool_specs([CLOCK], "auto", None), mode="auto",
+        grammar = xtml_reply_grammar(self.IDS, tool_specs([CLOCK], None), mode="auto",
                                      thinking=False, answer=answer)
         assert grammar.lark.splitlines()[1].startswith('reply: %json{"type": "object"')
         assert grammar.schemas[-1] == ({"type": "object"}, "response_format")
@@ -195,14 +195,14 @@ class TestGrammars:
         tool = {"type": "function", "function": {"name": "f", "parameters": parameters}}
         fmt = glm()
         with pytest.raises(InvalidRequest) as err:
-            glmtools.glm_reply_grammar(fmt.glm_marker_ids, tool_specs([tool], "auto", None), mode="auto",
+            glmtools.glm_reply_grammar(fmt.glm_marker_ids, tool_specs([tool], None), mode="auto",
                                        answer=None, prefix="", stop_ids=fmt.stop_ids)
         assert err.value.param == param
 
     def test_glm_grammar_shape(self):
         fmt = glm()
         grammar = glmtools.glm_reply_grammar(
-            fmt.glm_marker_ids, tool_specs([WEATHER], "required", None), mode="required",
+            fmt.glm_marker_ids, tool_specs([WEATHER], None), mode="required",
             answer=None, prefix=f"REASONING? <[{fmt.think_ids[1]}]>", stop_ids=fmt.stop_ids)
         observation = GLM_VOCAB.ids["<|observation|>"]
         assert f"<[{observation}]>" in grammar.lark and '"get_weather"' in grammar.lark

@@ -119,7 +119,7 @@ class ChatJsonFormat:
         tool-call constraints). The reasoning stays free: an always-open channel up to its
         close marker, or one the model opens first when thinking is on."""
         assert request.tools
-        specs = tool_specs(request.tools, request.tool_choice, request.tool_choice_function)
+        specs = tool_specs(request.tools, request.tool_choice_function)
         mode = call_mode(request.tool_choice, request.tool_choice_function)
         think = self.think_ids if thinking else None
         prefix = reasoning_prefix(think, self.always_open)

@@ -20,7 +20,6 @@ from waste.domain.errors import InvalidRequest
 
 # %json sub-grammars are written compact: flexible whitespace would let a sampler pad forever.
 _COMPACT = {"whitespace_flexible": False}
-FREE_TEXT = "/(?s:.+)/"  # any text; only a special token (a marker) ends it
 # Keywords that let a string property be written raw (no quotes) and still be enforced.
 _RAW_STRING_KEYS = frozenset({"type", "maxLength", "minLength", "enum", "const", "title",
                               "description", "default", "examples"})
@@ -67,9 +66,8 @@ def response_schema(response_format: dict[str, Any] | None) -> tuple[Any, str] |
     return schema, param
 
 
-def tool_specs(tools: Sequence[dict[str, Any]], choice: str | None, function: str | None
-               ) -> tuple[ToolSpec, ...]:
-    """The functions a reply may call: all declared ones, or only the named one."""
+def tool_specs(tools: Sequence[dict[str, Any]], function: str | None) -> tuple[ToolSpec, ...]:
+    """The functions a reply may call: all declared ones, or only the named ``function``."""
     specs = []
     for i, tool in enumerate(tools):
         fn = tool.get("function") or {}

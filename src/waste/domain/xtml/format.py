@@ -64,7 +64,7 @@ class XtmlFormat:
         grammar = None
         if request.tools and request.tool_choice != "none":
             grammar = xtml_reply_grammar(
-                ids, tool_specs(request.tools, request.tool_choice, request.tool_choice_function),
+                ids, tool_specs(request.tools, request.tool_choice_function),
                 mode=call_mode(request.tool_choice, request.tool_choice_function),
                 thinking=thinking, answer=response_schema(request.response_format))
         return ChatPlan(segments=tuple(segments), stop_ids=self.end_ids, thinking=thinking,
