@@ -207,3 +207,16 @@ class TestGrammars:
         observation = GLM_VOCAB.ids["<|observation|>"]
         assert f"<[{observation}]>" in grammar.lark and '"get_weather"' in grammar.lark
         assert "calls: (call_0)+" in grammar.lark
+
+    def test_k2_calls_carry_the_parameters_json(self):
+        from tests.unit.test_chatfmt import kimi
+        from waste.domain.chatjson.k2tools import k2_reply_grammar
+
+        fmt = kimi()
+        grammar = k2_reply_grammar(fmt.tool_marker_ids, tool_specs([WEATHER, CLOCK], "clock"), mode="named",
+                                   answer=None, prefix="", stop_ids=fmt.stop_ids)
+        lines = grammar.lark.splitlines()
+        assert lines[0] == "start: reply" and lines[2] == "calls: call_0"
+        assert '"functions.clock:" "0"' in lines[3]
+        # no parameters: no arguments, the empty object only
+        assert '%json{"type": "object", "properties": {}, "additionalProperties": false' in lines[3]
