@@ -12,14 +12,14 @@ import contextlib
 import functools
 import secrets
 import time
-from typing import Any, AsyncIterator, Callable, TypeVar
+from typing import Any, AsyncIterator, Callable, Iterator, TypeVar
 
 import attrs
 import trio
 from quart import Response, request
 
 from waste.adapters.http.errors import envelope, to_api_error
-from waste.adapters.http.exchange import hold, outcome
+from waste.adapters.http.exchange import PeerEof, hold, outcome, peer_eof, probe_delays
 from waste.adapters.http.metrics import RequestTimes
 from waste.adapters.http.state import ServerState
 from waste.adapters.http.wire import (SSE_KEEPALIVE, ChatChunks, CompletionChunks,
@@ -278,6 +278,7 @@ def _stream(state: ServerState, admitted: list[tuple[Job, Any]], chunks,
     # event's status, or (never set) the client left first. Choices stream one after another,
     # each chunk carrying its choice's ``index``.
     record = outcome()
+    peer = peer_eof()
     timing: dict[str, Any] = {"queue_ms": 0.0, "arrived": record["arrived"], "finished": []}
     on_error = _record_error(record)
 
@@ -292,7 +293,7 @@ def _stream(state: ServerState, admitted: list[tuple[Job, Any]], chunks,
                 render = functools.partial(_render_event, state, job, chunks, timing,
                                            index == len(admitted) - 1)
                 writes = sse_writes(events, render, keepalive_s=state.config.keepalive_s,
-                                    first=chunks.first(), on_error=errored)
+                                    first=chunks.first(), on_error=errored, peer=peer)
                 async with contextlib.aclosing(writes):
                     async for text in writes:
                         yield text
@@ -321,27 +322,41 @@ def _record_error(record: dict) -> Callable[[BaseException], None]:
 async def sse_writes(events: trio.MemoryReceiveChannel,
                      render: Callable[[object], tuple[str, bool]], *, keepalive_s: float,
                      first: str = "",
-                     on_error: Callable[[BaseException], None] | None = None
-                     ) -> AsyncIterator[str]:
+                     on_error: Callable[[BaseException], None] | None = None,
+                     peer: PeerEof | None = None) -> AsyncIterator[str]:
     """What one stream writes: ``first``, then each batch of rendered events, until an event
     renders as done; a late error becomes one SSE event (docs/HTTP.md §4.3).
 
     A ``: keep-alive`` comment goes out whenever ``keepalive_s`` pass with nothing written,
     measured from the last write: events that write nothing (the job leaving the queue)
-    do not restart the interval.
+    do not restart the interval. Once ``peer`` saw the client's end-of-input, a comment goes
+    out whenever a probe delay (exchange.probe_delays) passes with nothing written: every
+    write tells whether a half-closed client still reads, and a client that left is found
+    by the write that fails, even while queued or prefilling.
     """
     try:
         if first:
             yield first
-        deadline = trio.current_time() + keepalive_s
+        probes: Iterator[float] | None = None
+        interval = keepalive_s
+        deadline = trio.current_time() + interval
         while True:
+            if probes is None and peer is not None and peer.seen:
+                probes = probe_delays()  # the client's end-of-input: probe it soon
+                interval = min(keepalive_s, next(probes))
+                deadline = min(deadline, trio.current_time() + interval)
             # Never yield inside a cancel scope: the consumer would run under it.
             event = None
-            with trio.move_on_at(deadline):
-                event = await events.receive()
+            with trio.move_on_at(deadline) as waiting:
+                with peer.waking(waiting) if peer is not None else contextlib.nullcontext():
+                    event = await events.receive()
             if event is None:
+                if probes is None and peer is not None and peer.seen:
+                    continue  # woken by the end-of-input, not by the deadline
                 yield SSE_KEEPALIVE
-                deadline = trio.current_time() + keepalive_s
+                if probes is not None:
+                    interval = min(keepalive_s, next(probes))
+                deadline = trio.current_time() + interval
                 continue
             text, done = render(event)
             while not done:  # batch whatever else is already queued
@@ -353,7 +368,7 @@ async def sse_writes(events: trio.MemoryReceiveChannel,
                 text += extra
             if text:
                 yield text
-                deadline = trio.current_time() + keepalive_s
+                deadline = trio.current_time() + interval
             if done:
                 return
     except Exception as exc:  # a late error is one SSE event, then the stream ends
