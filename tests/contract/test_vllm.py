@@ -235,3 +235,20 @@ def test_response_format_is_refused_by_name(remote):
     assert r.status_code == 400
     assert (r.json()["error"]["param"], r.json()["error"]["code"]) == ("response_format",
                                                                        "unsupported_value")
+
+
+TIME_TOOL = {"type": "function", "function": {"name": "get_time", "parameters": {
+    "type": "object", "properties": {"tz": {"type": "string"}}, "required": ["tz"]}}}
+
+
+def test_tools_auto_is_served_and_a_forced_call_is_refused_by_name(remote):
+    """vLLM applies no token mask of ours: tool_choice auto is answered unconstrained, a forced
+    call (which could not be guaranteed) is a 400 naming tool_choice (docs/DECISIONS.md)."""
+    with httpx.Client(base_url=remote.base, timeout=120) as c:
+        r = c.post("/v1/chat/completions", json=chat("time in Tokyo?", tools=[TIME_TOOL]))
+        assert r.status_code == 200, r.text
+        for choice in ("required", {"type": "function", "function": {"name": "get_time"}}):
+            r = c.post("/v1/chat/completions", json=chat("x", tools=[TIME_TOOL], tool_choice=choice))
+            assert r.status_code == 400, r.text
+            assert (r.json()["error"]["param"], r.json()["error"]["code"]) == ("tool_choice",
+                                                                               "unsupported_value")

@@ -7,6 +7,8 @@ background, while /health answers 503 "loading".
 
 from __future__ import annotations
 
+import functools
+
 import contextlib
 import logging
 import os
@@ -77,10 +79,18 @@ async def _already_open(engine: Any) -> AsyncIterator[tuple[Engine, Tokenizer]]:
     yield engine, engine
 
 
-def _llguidance(tokenizer: Tokenizer, info: Any, eos_id: int) -> Any:
+# The fake engine's plain vocabulary is every Unicode code point (1.1M ids): reading all of
+# them for llguidance takes ~25 s per server. Under a grammar it offers only the first 2,048
+# (ASCII through Cyrillic and Arabic), which builds in under a second (docs/DECISIONS.md).
+FAKE_GRAMMAR_PLAIN_LIMIT = 0x800
+
+
+def _llguidance(tokenizer: Tokenizer, info: Any, eos_id: int, *,
+                plain_limit: int | None = None) -> Any:
     from waste.adapters.grammar import LlguidanceCompiler
 
-    return LlguidanceCompiler(tokenizer, info.vocab, info.n_base_vocab, eos_id)
+    return LlguidanceCompiler(tokenizer, info.vocab, info.n_base_vocab, eos_id,
+                              plain_limit=plain_limit)
 
 
 def create_app(engine: Any, settings: Settings) -> QuartTrio:
@@ -114,7 +124,9 @@ def create_app(engine: Any, settings: Settings) -> QuartTrio:
     # Our answer grammar is a token mask inside the engine: vLLM cannot apply it, so a
     # response_format is refused (400) there rather than failing at generation.
     state = ServerState(config=config, service=service, decode_images=decode_images,
-                        grammar_factory=None if settings.vllm else _llguidance)
+                        grammar_factory=None if settings.vllm else
+                        _llguidance if settings.fake_engine is None else
+                        functools.partial(_llguidance, plain_limit=FAKE_GRAMMAR_PLAIN_LIMIT))
     service.on_open = state.resolve_chat_format
     app = QuartTrio("waste")
     app.config["RESPONSE_TIMEOUT"] = None  # long generations must not be cut at 60 s

@@ -219,6 +219,13 @@ class GrammarCompiler(Protocol):
         compiler cannot enforce (``param`` extended by that path)."""
         ...
 
+    def lark(self, grammar: str, schemas: Sequence[tuple[Any, str]]) -> Callable[[], TokenMatcher]:
+        """A factory of matchers for a whole-reply grammar in llguidance's Lark dialect
+        (``waste.domain.reply.tool_grammar``; it ends with its own end marker). Blocking.
+        Raises InvalidRequest naming the path (each schema's ``param`` extended) of a feature
+        the compiler cannot enforce in ``schemas``, the JSON schemas the grammar embeds."""
+        ...
+
 
 @attrs.frozen(kw_only=True)
 class GenerationResult:

@@ -29,7 +29,7 @@ from waste.domain.ports import (Cancelled, ConcurrentEngine, ContextFull, Engine
                                 GenerationResult, Prompt, PromptImage, SamplingParams,
                                 TokenEvent, Tokenizer)
 from waste.domain.reply.assembler import Output, ReplyAssembler
-from waste.domain.reply.constraint import AnswerConstraint
+from waste.domain.reply.constraint import AnswerConstraint, ReplyConstraint
 
 log = logging.getLogger("waste.engine")
 SHUTDOWN_GRACE_S = 10.0
@@ -99,8 +99,9 @@ class Job:
     enqueued_at: float = attrs.field(factory=time.perf_counter)
     first_token_at: float | None = None  # perf_counter when the engine delivered token 0
     send: trio.MemorySendChannel | None = None
-    # A response_format grammar on the answer: the engine's mask, told every sampled token.
-    constraint: AnswerConstraint | None = None
+    # A response_format grammar on the answer, or a tool-call grammar on the whole reply:
+    # the engine's mask, told every sampled token.
+    constraint: AnswerConstraint | ReplyConstraint | None = None
     order: int = 0  # admission order, set by ``admit``: FIFO within a class
 
     @property

@@ -26,7 +26,7 @@ from waste.adapters.http.wire import (SSE_KEEPALIVE, ChatChunks, CompletionChunk
                                       chat_response, completion_response, dumps, new_id,
                                       response_body, sse, usage, waste_object)
 from waste.domain.reply.assembler import ReplyAssembler
-from waste.domain.reply.constraint import AnswerConstraint
+from waste.domain.reply.constraint import AnswerConstraint, ReplyConstraint
 from waste.domain.reply.text import TextReader
 from waste.domain.ports import SamplingParams
 from waste.domain.errors import ContextLengthExceeded, InvalidRequest
@@ -119,8 +119,22 @@ async def _decode_images(state: ServerState, req, *, vision: bool) -> list:
         allow_local=state.config.allow_local_images), limiter=state.image_limiter)
 
 
-async def _answer_constraint(state: ServerState, req, plan, assembler) -> AnswerConstraint | None:
-    """The grammar a json_object / json_schema response_format puts on the answer."""
+async def _answer_constraint(state: ServerState, req, plan, assembler
+                             ) -> AnswerConstraint | ReplyConstraint | None:
+    """The grammar a json_object / json_schema response_format puts on the answer, or, with
+    tools declared, the plan's grammar of the whole reply (docs/DECISIONS.md)."""
+    if plan.reply_grammar is not None and state.grammar is None and req.tool_choice in (None, "auto"):
+        # An engine that cannot apply our token mask (vLLM): with tool_choice auto the reply
+        # is parsed as generated, unconstrained; a forced call is refused below, since it
+        # could not be guaranteed (docs/DECISIONS.md, issue 15).
+        plan = attrs.evolve(plan, reply_grammar=None)
+    if plan.reply_grammar is not None:
+        if state.grammar is None:
+            raise InvalidRequest("This server's engine cannot force a tool call (it applies no token "
+                                 "mask): use tool_choice auto or none.", "tool_choice", "unsupported_value")
+        grammar = plan.reply_grammar
+        factory = await state.call_tokenizer(state.grammar.lark, grammar.lark, grammar.schemas)
+        return ReplyConstraint(matcher=factory())
     kind = (req.response_format or {}).get("type")
     if kind not in ("json_object", "json_schema"):
         return None
