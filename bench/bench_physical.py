@@ -190,12 +190,13 @@ def build_kernel_probe(workdir: Path) -> tuple[Path | None, str]:
 
 
 def measure_kernel(probe: Path, *, fmt: str, group: int, hidden: int, moe_inter: int,
-                   experts: int, threads: int, seconds: float, repeats: int = 3) -> dict:
+                   experts: int, threads: int, seconds: float, repeats: int = 3,
+                   activations: str = "f32") -> dict:
     """F: the best of ``repeats`` runs of the matvec probe over ``experts`` resident experts."""
     best: dict | None = None
     for _ in range(repeats):
         out = subprocess.run([str(probe), fmt, str(group), str(hidden), str(moe_inter),
-                              str(experts), str(threads), str(seconds)],
+                              str(experts), str(threads), str(seconds), activations],
                              capture_output=True, text=True, check=True)
         row = json.loads(out.stdout)
         if best is None or row["flops_per_s"] > best["flops_per_s"]:

@@ -1,9 +1,11 @@
 /* matvec_rate.c — the F term of docs/ENGINE.md §8: sustained FLOP/s of libwaste's own expert
- * matvec kernels (wk_select + wk_dot_row from native/src, compiled in, not copied) on
+ * matvec kernels (wk_select + wk_matvec_rows from native/src, compiled in, not copied) on
  * resident f32/bf16/int8/int4/mxfp4 experts, at 1..n threads splitting rows as the engine's pool does.
  *
- * Usage: matvec_rate FMT GROUP HIDDEN MOE_INTER N_EXPERTS THREADS SECONDS
- * Prints one JSON object. Each thread owns a fixed row range of every matrix (no barrier
+ * Usage: matvec_rate FMT GROUP HIDDEN MOE_INTER N_EXPERTS THREADS SECONDS [ACT]
+ * ACT is f32 (the default: f32 activations, the reference path) or q8 (activations quantized
+ * per 32 by wk_quantize_q8 once per matvec, as the engine's WASTE_ACT_Q8 does; the
+ * quantization is inside the timed loop). Prints one JSON object. Each thread owns a fixed row range of every matrix (no barrier
  * per matvec), so this is the kernel's rate, an upper bound for the engine's fork-join. */
 #include <pthread.h>
 #include <stdio.h>
@@ -18,15 +20,26 @@ typedef struct {
     wm_mat *mats;          /* 3 per expert: gate [I,H], up [I,H], down [H,I] */
     uint32_t n_mats;
     const float *x_h, *x_i;
+    int q8;
+    int8_t *xq;            /* this thread's quantized activations [max(H, I)] */
+    float *xd;             /* and their block scales */
     uint32_t t, n_threads;
     double seconds;
     uint64_t flops;
     float sink;
+    float *y;              /* [max(H, I)] */
+    double cpu;            /* this thread's CPU time over the run */
 } job;
 
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
@@ -66,7 +79,7 @@ static void fill(uint8_t *data, int32_t fmt, uint32_t group, uint32_t rows, uint
 static void *run(void *arg) {
     job *j = arg;
     pthread_barrier_wait(&start_line);
-    double t0 = now_s();
+    double t0 = now_s(), c0 = cpu_s();
     float sink = 0.0f;
     uint64_t flops = 0;
     do {
@@ -75,25 +88,31 @@ static void *run(void *arg) {
             const float *x = w->cols == j->mats[0].cols ? j->x_h : j->x_i;
             uint32_t b = (uint32_t)((uint64_t)w->rows * j->t / j->n_threads);
             uint32_t e = (uint32_t)((uint64_t)w->rows * (j->t + 1) / j->n_threads);
-            for (uint32_t r = b; r < e; r++) sink += wk_dot_row(j->k, w, r, x);
+            if (j->q8) wk_quantize_q8(x, w->cols, j->xq, j->xd);
+            wk_matvec_rows(j->k, w, b, e, x, j->q8 ? j->xq : NULL, j->xd, j->y);
+            sink += j->y[b];
             flops += 2ull * (e - b) * w->cols;
         }
     } while (now_s() - t0 < j->seconds);
     j->seconds = now_s() - t0;
+    j->cpu = cpu_s() - c0;
     j->flops = flops;
     j->sink = sink;
     return NULL;
 }
 
 int main(int argc, char **argv) {
-    if (argc != 8) {
-        fprintf(stderr, "usage: %s FMT GROUP HIDDEN MOE_INTER N_EXPERTS THREADS SECONDS\n", argv[0]);
+    if (argc != 8 && argc != 9) {
+        fprintf(stderr, "usage: %s FMT GROUP HIDDEN MOE_INTER N_EXPERTS THREADS SECONDS [f32|q8]\n", argv[0]);
         return 2;
     }
     int32_t fmt = wf_parse(argv[1]);
     uint32_t group = (uint32_t)atoi(argv[2]), H = (uint32_t)atoi(argv[3]), I = (uint32_t)atoi(argv[4]);
     uint32_t n_exp = (uint32_t)atoi(argv[5]), T = (uint32_t)atoi(argv[6]);
     double seconds = atof(argv[7]);
+    int q8 = argc == 9 && strcmp(argv[8], "q8") == 0;
+    if (argc == 9 && !q8 && strcmp(argv[8], "f32") != 0) { fprintf(stderr, "matvec_rate: ACT is f32 or q8\n"); return 2; }
+    if (q8 && !wk_q8_format(fmt)) { fprintf(stderr, "matvec_rate: q8 activations need int8, int4 or mxfp4\n"); return 2; }
     if (fmt < 0 || fmt > WF_MXFP4 || !H || !I || !n_exp || !T || T > 256 || seconds <= 0) {
         fprintf(stderr, "matvec_rate: bad arguments\n");
         return 2;
@@ -120,22 +139,28 @@ int main(int argc, char **argv) {
     job jobs[256];
     pthread_barrier_init(&start_line, NULL, T);
     for (uint32_t t = 0; t < T; t++) {
-        jobs[t] = (job){k, mats, n_mats, x_h, x_i, t, T, seconds, 0, 0.0f};
+        uint32_t wmax = H > I ? H : I;
+        jobs[t] = (job){k, mats, n_mats, x_h, x_i, q8, malloc(wmax), malloc((wmax / 32 + 1) * sizeof(float)), t, T,
+                        seconds, 0, 0.0f, malloc(wmax * sizeof(float)), 0.0};
+        if (!jobs[t].xq || !jobs[t].xd || !jobs[t].y) { fprintf(stderr, "matvec_rate: out of memory\n"); return 1; }
         if (t) pthread_create(&th[t], NULL, run, &jobs[t]);
     }
     run(&jobs[0]);
     uint64_t flops = jobs[0].flops;
-    double wall = jobs[0].seconds;
+    double wall = jobs[0].seconds, cpu = jobs[0].cpu;
     for (uint32_t t = 1; t < T; t++) {
         pthread_join(th[t], NULL);
         flops += jobs[t].flops;
+        cpu += jobs[t].cpu;
         if (jobs[t].seconds > wall) wall = jobs[t].seconds;
     }
     double bytes_per_flop = (double)total_bytes / (6.0 * (double)H * (double)I * n_exp);
-    printf("{\"kernel\": \"%s\", \"format\": \"%s\", \"group\": %u, \"hidden\": %u, \"moe_inter\": %u, "
+    printf("{\"kernel\": \"%s\", \"activations\": \"%s\", \"format\": \"%s\", \"group\": %u, \"hidden\": %u, \"moe_inter\": %u, "
            "\"experts_resident\": %u, \"resident_bytes\": %llu, \"threads\": %u, \"seconds\": %.3f, "
-           "\"flops_per_s\": %.6g, \"weight_bytes_per_s\": %.6g, \"sink\": %g}\n",
-           k->name, argv[1], group, H, I, n_exp, (unsigned long long)total_bytes, T, wall,
-           (double)flops / wall, (double)flops / wall * bytes_per_flop, (double)jobs[0].sink);
+           "\"flops_per_s\": %.6g, \"weight_bytes_per_s\": %.6g, \"flops_per_cpu_s\": %.6g, \"cpu_share\": %.3f, "
+           "\"sink\": %g}\n",
+           k->name, q8 ? "q8" : "f32", argv[1], group, H, I, n_exp, (unsigned long long)total_bytes, T, wall,
+           (double)flops / wall, (double)flops / wall * bytes_per_flop, (double)flops / cpu * T,
+           cpu / (wall * T), (double)jobs[0].sink);
     return 0;
 }

@@ -178,9 +178,66 @@ def same_prefix(a: list[int], b: list[int]) -> int:
     return n
 
 
+# llama.cpp's repacked/AMX weight buffers abort on this model on an AMX CPU
+# (GGML_ASSERT(*cur_backend_id != -1) in ggml_backend_sched_split_graph): plain CPU buffers.
+LLAMA_FLAGS = ["--no-extra-bufts"]
+
+
+def _engine_flags(options) -> list[str]:
+    """peer_decode.py's flags for libwaste's reading ahead and activations, as the bench runs it."""
+    return ["--io-threads", str(options.io_threads), "--lookahead", str(options.lookahead),
+            "--activations", options.activations]
+
+
+def in_ram(models: Models, peer: Peer, *, budget: int, prompt: list[int], warmup: int, tokens: int,
+           threads: int, repeat: int, options, C: float) -> dict:
+    """The in-RAM pair: both engines uncapped and warm (every weight the measured pass uses
+    was touched by an untimed first pass), libwaste at a budget holding every expert and its
+    default prefill chunk, llama.cpp as a user runs it. Decode tok/s at batch 1 and prefill
+    tok/s of the prompt; F_peer = C x llama.cpp's tok/s, the rate its whole decode reaches
+    (a lower bound of its kernels')."""
+    row = {"row": "in_ram", "peer_format": models.gguf_type, "our_format": "int8 g32",
+           "budget_bytes": budget, "prompt_tokens": len(prompt), "tokens": tokens, "threads": threads,
+           "activations": options.activations}
+    common = ["--prompt", json.dumps(prompt), "--warmup", str(warmup), "--tokens", str(tokens),
+              "--threads", str(threads), "--twice"]
+    files = _files(models)
+    runs = []
+    for i in range(repeat):
+        runs.append(run_capped("waste", Path(sys.executable), models.container, None, f"ramw{i}",
+                               [*common, "--budget", str(budget), "--policy", options.cache_policy,
+                                "--prefill-chunk", "0", *_engine_flags(options)], files))
+        runs.append(run_capped("llama", peer.python, models.gguf, None, f"raml{i}", [*common, *LLAMA_FLAGS], files))
+    row["runs"] = [_summary(r) for r in runs]
+    failed = [r for r in runs if "error" in r]
+    if failed:
+        row["status"] = "not comparable: " + "; ".join(f"{r['engine']} {r['error']}" for r in failed)
+        return row
+    ours = [r for r in runs if r["engine"] == "libwaste"]
+    theirs = [r for r in runs if r["engine"] == "llama.cpp"]
+    rate = lambda rs: tokens * len(rs) / sum(r["seconds"] for r in rs)  # noqa: E731
+    prefill = lambda rs: len(prompt) * len(rs) / sum(r["prefill_s"] for r in rs)  # noqa: E731
+    row.update(status="measured", ours_tok_s=rate(ours), peer_tok_s=rate(theirs),
+               ratio_ours_over_peer=rate(ours) / rate(theirs),
+               ours_prefill_tok_s=prefill(ours), peer_prefill_tok_s=prefill(theirs),
+               h_ours=sum(r["h"] for r in ours) / len(ours),
+               C_flops=C, F_peer=C * rate(theirs), F_ours_decode=C * rate(ours))
+    return row
+
+
+def in_ram_line(row: dict) -> str:
+    if row.get("status") != "measured":
+        return f"in RAM: {row.get('status')}"
+    return (f"in RAM (warm, uncapped): libwaste {row['our_format']} ({row['activations']}) "
+            f"{row['ours_tok_s']:.2f} tok/s, llama.cpp {row['peer_format']} {row['peer_tok_s']:.2f} tok/s: "
+            f"ours/peer = {row['ratio_ours_over_peer']:.2f}x; prefill of {row['prompt_tokens']} tokens "
+            f"{row['ours_prefill_tok_s']:.1f} vs {row['peer_prefill_tok_s']:.1f} tok/s; "
+            f"llama.cpp's F = C x tok/s = {row['F_peer'] / 1e9:.1f} GFLOP/s")
+
+
 def compare(models: Models, peer: Peer, *, budget: int, fraction: float, allowance: int,
             prompt: list[int], warmup: int, tokens: int, threads: int, repeat: int,
-            policy: str, read_ahead_kb_wanted: int | None = None) -> dict:
+            policy: str, options=None, read_ahead_kb_wanted: int | None = None) -> dict:
     """The peer row: both engines, alternating, under the same cap."""
     row = {"row": "peer", "engine": "llama.cpp", "llama_cpp_python": PEER_VERSION,
            "peer_build": peer.how, "peer_format": models.gguf_type, "our_format": "int8 g32",
@@ -191,7 +248,10 @@ def compare(models: Models, peer: Peer, *, budget: int, fraction: float, allowan
            "how": {"llama.cpp": "llama-cpp-python Llama(use_mmap=True, n_ctx small), eval of one "
                                 "token per step, argmax in Python; weights paged in by mmap",
                    "libwaste": f"NativeEngine(ram_budget_bytes={budget}, {policy}, O_DIRECT expert "
-                               "reads, prefill_chunk=1), eval of one token per step, argmax in Python"}}
+                               "reads, prefill_chunk=1"
+                               + (f", io_threads={options.io_threads}, lookahead={options.lookahead}, "
+                                  f"activations={options.activations}" if options is not None else "")
+                               + "), eval of one token per step, argmax in Python"}}
     cap_bytes: int | None = budget + allowance
     try:
         MemoryCap.create(cap_bytes, f"waste-bench-{os.getpid()}-probe").close()
@@ -208,8 +268,10 @@ def compare(models: Models, peer: Peer, *, budget: int, fraction: float, allowan
         row.update(ra)
         for i in range(repeat):
             runs.append(run_capped("waste", Path(sys.executable), models.container, cap_bytes, f"waste{i}",
-                                   [*common, "--budget", str(budget), "--policy", policy], files))
-            runs.append(run_capped("llama", peer.python, models.gguf, cap_bytes, f"llama{i}", common, files))
+                                   [*common, "--budget", str(budget), "--policy", policy,
+                                    *(_engine_flags(options) if options is not None else [])], files))
+            runs.append(run_capped("llama", peer.python, models.gguf, cap_bytes, f"llama{i}",
+                                   [*common, *LLAMA_FLAGS], files))
     row["runs"] = [_summary(r) for r in runs]
     failed = [r for r in runs if "error" in r]
     if failed:

@@ -39,6 +39,20 @@ class LlamaStepper:
         import numpy as np
 
         self.np, self.lib = np, llama_cpp
+        if args.no_extra_bufts:
+            # llama.cpp's extra (repacking / AMX) weight buffers, off: on an AMX CPU this
+            # build aborts in ggml_backend_sched_split_graph (GGML_ASSERT(*cur_backend_id !=
+            # -1)) on this model; Llama() takes no such argument, so its defaults are wrapped.
+            import llama_cpp.llama_cpp as low
+
+            default = low.llama_model_default_params
+
+            def without_extra_bufts():
+                params = default()
+                params.use_extra_bufts = False
+                return params
+
+            low.llama_model_default_params = without_extra_bufts
         ctx = len(args.prompt) + args.warmup + args.tokens + 8
         self.llm = llama_cpp.Llama(model_path=str(model), n_ctx=ctx, n_batch=len(args.prompt),
                                    n_threads=args.threads, n_threads_batch=args.threads,
@@ -46,7 +60,7 @@ class LlamaStepper:
         self.n_vocab = self.llm.n_vocab()
         self.info = {"engine": "llama.cpp", "version": llama_cpp.__version__,
                      "system_info": llama_cpp.llama_print_system_info().decode(errors="replace"),
-                     "n_ctx": self.llm.n_ctx(), "mmap": True}
+                     "n_ctx": self.llm.n_ctx(), "mmap": True, "extra_bufts": not args.no_extra_bufts}
 
     def step(self, tokens: list[int]) -> int:
         self.llm.eval(tokens)
@@ -55,6 +69,9 @@ class LlamaStepper:
 
     def stats(self) -> dict:
         return {}
+
+    def reset(self) -> None:
+        self.llm.reset()
 
     def close(self) -> None:
         self.llm.close()
@@ -71,16 +88,23 @@ class WasteStepper:
         self.np = np
         ctx = len(args.prompt) + args.warmup + args.tokens + 8
         options = NativeOptions(ctx_tokens=ctx, usage_path="", n_threads=args.threads,
-                                ram_budget_bytes=args.budget, prefill_chunk=1,
-                                cache_policy=args.policy)
+                                ram_budget_bytes=args.budget, prefill_chunk=args.prefill_chunk,
+                                cache_policy=args.policy, io_threads=args.io_threads,
+                                lookahead=args.lookahead, activations=args.activations)
         self.engine = NativeEngine.open(model, options)
-        self.info = {"engine": "libwaste", "budget_bytes": args.budget, "policy": args.policy}
+        self.batch = args.prefill_chunk != 1
+        self.info = {"engine": "libwaste", "budget_bytes": args.budget, "policy": args.policy,
+                     "io_threads": args.io_threads, "lookahead": args.lookahead,
+                     "activations": args.activations, "prefill_chunk": args.prefill_chunk}
 
     def step(self, tokens: list[int]) -> int:
         logits = None
-        for t in tokens:
-            logits = self.engine.eval([t])
+        for t in ([tokens] if self.batch else [[t] for t in tokens]):
+            logits = self.engine.eval(t)
         return int(self.np.asarray(logits).argmax())
+
+    def reset(self) -> None:
+        self.engine.reset()
 
     def stats(self) -> dict:
         s = self.engine.statistics()
@@ -129,6 +153,15 @@ def main() -> int:
     ap.add_argument("--cgroup", type=Path)
     ap.add_argument("--budget", type=int, default=0, help="libwaste's ram_budget_bytes")
     ap.add_argument("--policy", default="layer")
+    ap.add_argument("--io-threads", type=int, default=0, help="libwaste's io_threads")
+    ap.add_argument("--lookahead", type=int, default=0, help="libwaste's lookahead")
+    ap.add_argument("--activations", default="f32", help="libwaste's activations (f32 or q8)")
+    ap.add_argument("--prefill-chunk", type=int, default=1, help="libwaste's prefill_chunk (1: token by token)")
+    ap.add_argument("--no-extra-bufts", action="store_true",
+                    help="llama.cpp: model param use_extra_bufts = false (no repacked/AMX weight buffers)")
+    ap.add_argument("--twice", action="store_true",
+                    help="decode everything once untimed, reset, then measure: every weight the "
+                         "measured pass uses is resident (the in-RAM runs)")
     args = ap.parse_args()
     if args.cgroup is not None:
         (args.cgroup / "cgroup.procs").write_text(str(os.getpid()))
@@ -137,6 +170,9 @@ def main() -> int:
     stepper = (LlamaStepper if args.engine == "llama" else WasteStepper)(args.model, args)
     load_s = time.perf_counter() - loaded
     try:
+        if args.twice:
+            decode(stepper, args.prompt, args.warmup, args.tokens)
+            stepper.reset()
         run = decode(stepper, args.prompt, args.warmup, args.tokens)
     finally:
         stepper.close()

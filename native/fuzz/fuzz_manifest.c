@@ -3,7 +3,7 @@
  * The input is a whole manifest.json, written into a temporary container whose data
  * files are real (tests/testkit.h: trunk.bin, one expert bank, the tokenizer files), so
  * a manifest that validates gets opened and used the way a host uses it: model info,
- * eval, generate, a snapshot round trip, markup tokenize. Plan and open must return a
+ * eval, generate, a snapshot round trip, a segment chain, markup tokenize. Plan and open must return a
  * known status with a detail naming what is wrong, never crash, leak or read out of
  * bounds. The last input byte picks cfg.verify (and the seed), so both paths run. */
 #include <stdio.h>
@@ -53,6 +53,22 @@ static void exercise(waste_ctx *ctx) {
             REQUIRE(st == WASTE_OK || st == WASTE_E_STATE);
         }
         free(snap);
+    }
+    /* A segment chain: a root, two more positions, a child, then the chain restored. */
+    uint64_t base = 0, s1 = 0, s2 = 0, g1 = 0, g2 = 0;
+    if (waste_snapshot_segment_size(ctx, 1, &s1, &base) == WASTE_OK) {
+        void *a = malloc(s1 ? s1 : 1);
+        if (waste_snapshot_segment_save(ctx, 1, a, s1, &g1) == WASTE_OK && waste_eval(ctx, ids + 3, 2, NULL, 0) == WASTE_OK
+            && waste_snapshot_segment_size(ctx, 0, &s2, &base) == WASTE_OK) {
+            void *b = malloc(s2 ? s2 : 1);
+            if (waste_snapshot_segment_save(ctx, 0, b, s2, &g2) == WASTE_OK) {
+                const void *chain[2] = {a, b};
+                uint64_t lens[2] = {g1, g2};
+                REQUIRE(waste_snapshot_chain_load(ctx, chain, lens, 2) == WASTE_OK);
+            }
+            free(b);
+        }
+        free(a);
     }
     int32_t toks[64]; uint64_t nt = 0;
     waste_tokenize_markup(ctx, "hello <|im_end|> world \xc3\xa9", 25, info.bos_id >= 0, toks, 64, &nt);

@@ -63,7 +63,7 @@ extern "C" {
 
 /* WASTE_CDEF_BEGIN */
 
-#define WASTE_API_VERSION 5
+#define WASTE_API_VERSION 6
 #define WASTE_MAX_TOP_LOGPROBS 20   /* waste_gen_params.n_top_logprobs at most */
 
 /* Status codes (docs/ENGINE.md §1). */
@@ -109,6 +109,18 @@ typedef enum {
     WASTE_KERNELS_AVX512 = 3   /* needs AVX-512F */
 } waste_kernels;
 
+/* Activations of the int8/int4/mxfp4 matrix-vector products (cfg.activations; docs/ENGINE.md
+ * §4.3). F32 is the reference: every weight is decoded to f32 and multiplied by the f32
+ * activation. Q8 quantizes each activation vector once per product in blocks of 32 (scale =
+ * max |x| / 127, round half to even) and sums int8 x int8 products exactly in integers, then
+ * scales each block in f32 in a fixed order: faster (VNNI / AVX2 integer dot products), logits
+ * within the error docs/ENGINE.md §4.3 states of the F32 path, and bit-identical across the
+ * kernel sets. f32 and bf16 matrices always use f32 activations. */
+typedef enum {
+    WASTE_ACT_F32 = 0,         /* exact f32 activations (the reference) */
+    WASTE_ACT_Q8 = 1           /* activations as int8 per block of 32 for quantized weights */
+} waste_activations;
+
 typedef struct waste_ctx waste_ctx;
 
 /* Open-time options. waste_cfg_init fills the defaults shown in brackets. */
@@ -142,6 +154,11 @@ typedef struct {
                                  * values above 1 are E_ARG */
     int32_t tokenizer_only;     /* [0] load the tokenizer and manifest only */
     int32_t kernels;            /* [WASTE_KERNELS_AUTO] a waste_kernels value */
+    /* API version 6 */
+    int32_t activations;        /* [WASTE_ACT_F32] a waste_activations value; other values are
+                                 * E_ARG. Logits differ between the two (never between
+                                 * kernel sets, policies, readers or budgets) */
+    uint32_t reserved0;
 } waste_cfg;
 
 /* Memory plan (docs/ENGINE.md §5): what open would allocate, from the manifest alone. */
@@ -270,6 +287,11 @@ typedef struct {
     char tail[4];               /* UTF-8 bytes still held back when generation ended without
                                  * a final flush (callback stop, abort, an error after the
                                  * first token): pieces + tail == detokenize(delivered ids) */
+    /* API version 6: this call's share of the waste_stats lookahead counters. */
+    uint64_t guesses;           /* speculative reads issued by lookahead during the call */
+    uint64_t guess_hits;        /* of those, guesses the real router then selected */
+    uint64_t wasted_bytes;      /* guess bytes found unused during the call (a guess read for
+                                 * the call's last token is found unused by the next call) */
 } waste_gen_result;
 
 /* Cumulative since open; filled from atomics, callable from any thread. */
@@ -316,6 +338,9 @@ typedef struct {
     double disk_busy_s;         /* time at least one read was in flight in the reader pool
                                  * (with io_threads 0: io_s, the reads being serial) */
     double io_wait_s;           /* time the computing thread waited for a record */
+    /* API version 6 */
+    int32_t activations;        /* cfg.activations (waste_activations) */
+    uint32_t reserved1;
 } waste_stats;
 
 /* ---- static calls: safe from any thread, no ctx ------------------------------------ */
@@ -457,6 +482,35 @@ int32_t waste_snapshot_save(waste_ctx *ctx, void *buf, uint64_t cap, uint64_t *n
  * untouched. E_STATE on a poisoned ctx (waste_reset first); E_ARG (NULL buf),
  * E_UNSUPPORTED (tokenizer_only), E_BUSY. */
 int32_t waste_snapshot_load(waste_ctx *ctx, const void *buf, uint64_t len);
+
+/* Snapshot segments (docs/FORMAT.md §7.1): snapshots of one conversation that share their
+ * MLA latents. A segment holds the ids and MLA latents of positions [base, P) only, the
+ * whole KDA state at P, and the crc of its parent: the segment that ends at base (none for
+ * a root, base 0). A chain root..leaf restores the state at the leaf's P, byte for byte
+ * the one a whole snapshot at P restores.
+ * The ctx's anchor is the last segment it saved or chain-loaded: eval and generate only
+ * append, so the anchor stays the parent of the next segment; waste_reset and
+ * waste_snapshot_load clear it (the next segment is then a root). The library keeps no
+ * pointer to a segment: the caller owns them, and a chain whose parent it dropped can only
+ * be continued by a `whole` (root) segment. */
+/* *size = the bytes waste_snapshot_segment_save(ctx, whole, ...) needs now and *base = the
+ * segment's first position: the anchor's P, or 0 when `whole` is nonzero or there is no
+ * anchor. E_ARG (NULL size or base), E_UNSUPPORTED (tokenizer_only), E_BUSY. */
+int32_t waste_snapshot_segment_size(waste_ctx *ctx, int32_t whole, uint64_t *size, uint64_t *base);
+/* Writes the segment from the anchor (a root when `whole` or unanchored) to buf and makes it
+ * the anchor; *n_out = its size (on E_SPACE: the size needed; the anchor is unchanged).
+ * E_ARG (NULL n_out, or NULL buf with cap > 0), E_UNSUPPORTED, E_STATE (poisoned), E_SPACE,
+ * E_BUSY. */
+int32_t waste_snapshot_segment_save(waste_ctx *ctx, int32_t whole, void *buf, uint64_t cap,
+                                    uint64_t *n_out);
+/* Restores the chain segments[0..n), root first; lens[i] is segment i's size. Everything is
+ * validated before the ctx is touched, as waste_snapshot_load does for each segment, plus
+ * the links: segment 0 is a root, segment i starts where i-1 ends and names i-1's crc. Any
+ * mismatch is E_FORMAT naming the segment, the ctx untouched. The leaf becomes the anchor.
+ * E_ARG (NULL segments or lens, a NULL segment, n = 0), E_STATE (poisoned), E_UNSUPPORTED,
+ * E_BUSY. */
+int32_t waste_snapshot_chain_load(waste_ctx *ctx, const void *const *segments,
+                                  const uint64_t *lens, uint32_t n);
 
 /* Writes the access counts (those merged from the hotlist at open plus this ctx's: one per
  * token, layer and routed expert in decode, one per distinct expert per prefill chunk and

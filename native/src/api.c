@@ -81,6 +81,7 @@ static int32_t check_cfg(const waste_cfg *cfg, char *err, uint64_t cap) {
         wu_errf(err, cap, "cfg.kernels %d (%s): %s", cfg->kernels, cfg->kernels == WASTE_KERNELS_AVX2 ? "avx2" : "avx512", why);
         return WASTE_E_UNSUPPORTED;
     }
+    if (cfg->activations != WASTE_ACT_F32 && cfg->activations != WASTE_ACT_Q8) { wu_errf(err, cap, "cfg.activations %d unknown (0 f32, 1 q8)", cfg->activations); return WASTE_E_ARG; }
     if (cfg->ctx_tokens > (1u << 24)) { wu_errf(err, cap, "cfg.ctx_tokens %u above 16777216", cfg->ctx_tokens); return WASTE_E_ARG; }
     if (cfg->n_threads > 1024) { wu_errf(err, cap, "cfg.n_threads %u above 1024", cfg->n_threads); return WASTE_E_ARG; }
     if (cfg->prefill_chunk > 4096) { wu_errf(err, cap, "cfg.prefill_chunk %u above 4096", cfg->prefill_chunk); return WASTE_E_ARG; }
@@ -307,6 +308,7 @@ WASTE_API int32_t waste_get_stats(waste_ctx *ctx, waste_stats *s) {
     s->slots_used = ctx->cache.used;
     s->io_threads = ctx->io_threads;
     s->lookahead = ctx->lookahead;
+    s->activations = ctx->act_q8 ? WASTE_ACT_Q8 : WASTE_ACT_F32;
     s->guesses = atomic_load(&ctx->st_guesses);
     s->guess_hits = atomic_load(&ctx->st_guess_hits);
     s->wasted_bytes = atomic_load(&ctx->st_wasted_bytes);
@@ -347,6 +349,30 @@ WASTE_API int32_t waste_snapshot_load(waste_ctx *ctx, const void *buf, uint64_t 
     /* Only waste_reset clears poison (docs/ENGINE.md §1): a restore is not a way around it. */
     if (ctx->poisoned) { wx_err(ctx, "%s", POISONED); return wx_leave(ctx, WASTE_E_STATE); }
     return wx_leave(ctx, wsnap_load(ctx, buf, len));
+}
+
+WASTE_API int32_t waste_snapshot_segment_size(waste_ctx *ctx, int32_t whole, uint64_t *size, uint64_t *base) {
+    WX_ENTER(ctx);
+    if (!size || !base) { wx_err(ctx, "size and base must not be NULL"); return wx_leave(ctx, WASTE_E_ARG); }
+    if (ctx->tokenizer_only) { wx_err(ctx, "the ctx was opened with tokenizer_only"); return wx_leave(ctx, WASTE_E_UNSUPPORTED); }
+    wsnap_segment_size(ctx, whole, size, base);
+    return wx_leave(ctx, WASTE_OK);
+}
+
+WASTE_API int32_t waste_snapshot_segment_save(waste_ctx *ctx, int32_t whole, void *buf, uint64_t cap, uint64_t *n_out) {
+    WX_ENTER(ctx);
+    if (!n_out || (!buf && cap)) { wx_err(ctx, "buf and n_out must not be NULL"); return wx_leave(ctx, WASTE_E_ARG); }
+    if (ctx->tokenizer_only) { wx_err(ctx, "the ctx was opened with tokenizer_only"); return wx_leave(ctx, WASTE_E_UNSUPPORTED); }
+    if (ctx->poisoned) { wx_err(ctx, "%s", POISONED); return wx_leave(ctx, WASTE_E_STATE); }
+    return wx_leave(ctx, wsnap_segment_save(ctx, whole, buf, cap, n_out));
+}
+
+WASTE_API int32_t waste_snapshot_chain_load(waste_ctx *ctx, const void *const *segments, const uint64_t *lens, uint32_t n) {
+    WX_ENTER(ctx);
+    if (!segments || !lens || n == 0) { wx_err(ctx, "segments and lens must not be NULL and n must be at least 1"); return wx_leave(ctx, WASTE_E_ARG); }
+    if (ctx->tokenizer_only) { wx_err(ctx, "the ctx was opened with tokenizer_only"); return wx_leave(ctx, WASTE_E_UNSUPPORTED); }
+    if (ctx->poisoned) { wx_err(ctx, "%s", POISONED); return wx_leave(ctx, WASTE_E_STATE); }
+    return wx_leave(ctx, wsnap_chain_load(ctx, segments, lens, n));
 }
 
 /* ==== hotlist ====================================================================== */

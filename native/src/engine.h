@@ -86,6 +86,7 @@ struct waste_ctx {
     uint32_t ctx_tokens, prefill_chunk, n_threads, verify;
     wc_container c;
     const wk_kernels *k;
+    int act_q8;                     /* cfg.activations == WASTE_ACT_Q8 */
     wp_pool *pool;
     wt_tokenizer *tok;
     int dir_lock_fd;
@@ -105,6 +106,12 @@ struct waste_ctx {
     float **conv;                   /* per KDA layer: [3][Hd][K-1], oldest tap first */
     float **S;                      /* per KDA layer: [Hk][d][d] (key row, value col) */
     float **lat;                    /* per MLA layer: [ctx_tokens][r + dr] */
+    /* The snapshot segment this state extends (snapshot.c, docs/FORMAT.md §7.1): the last
+     * one saved or chain-loaded; eval/generate only append, so it stays valid until a
+     * reset (wm_reset_state) or a whole-snapshot load clears it. */
+    int seg_anchored;
+    uint64_t seg_pos;               /* its position P */
+    uint32_t seg_crc;               /* its trailing crc32 */
 
     /* scratch */
     uint32_t maxw;
@@ -112,6 +119,8 @@ struct waste_ctx {
     float *xn;                      /* [chunk][H] normed FFN inputs of a chunk */
     float *acc;                     /* [chunk][H] FFN outputs of a chunk */
     float *buf[12];                 /* [maxw] each */
+    int8_t *xq;                     /* [maxw] matvec input quantized (WASTE_ACT_Q8) */
+    float *xd;                      /* [maxw / 32 + 1] its block scales */
     float *xm;                      /* [H] an attention-residual mix (never aliases its inputs) */
     float *res;                     /* [n_blocks][chunk][H] attention-residual block snapshots */
     float *lz, *lacc;               /* [chunk][Rz] latent MoE: z, and the experts' weighted sum */

@@ -104,7 +104,28 @@ typedef struct {
     float (*dot_int8)(const uint8_t *row, const float *x, uint32_t n, uint32_t group);
     float (*dot_int4)(const uint8_t *row, const float *x, uint32_t n, uint32_t group);
     float (*dot_mxfp4)(const uint8_t *row, const float *x, uint32_t n);   /* group 32 */
+    /* y[r] = row r · x for r in [r0, r1): each row exactly as dot_* above (several rows
+     * interleaved for ILP, never a different order within a row). */
+    void (*rows)(const wm_mat *m, uint32_t r0, uint32_t r1, const float *x, float *y);
+    /* The same rows against activations quantized by wk_quantize_q8 (WASTE_ACT_Q8; int8,
+     * int4 and mxfp4 matrices only): per block b of 32 columns, the weights as 32 int8 w
+     * (int8 q, int4 nibble − 8, mxfp4 2·E2M1) with scale sw (fp16 group scale; E8M0 / 2),
+     * d = sw · xd[b] (f32), p_j = Σ_{k<4} w[4j+k]·xq[32b+4j+k] exactly in int32, and
+     * acc[8·(b mod 2) + j] = fma((float)p_j, d, acc[...]) for j < 8; wk_reduce16 finishes. */
+    void (*rows_q8)(const wm_mat *m, uint32_t r0, uint32_t r1, const int8_t *xq, const float *xd, float *y);
 } wk_kernels;
+/* Activations for WASTE_ACT_Q8, per block b of 32 (n a multiple of 32): a = max |x_i| of the
+ * block, xd[b] = a / 127, xq_i = round-half-even(x_i · (127 / a)) (0 when a = 0); a block
+ * holding a NaN or an infinity gets xd = NaN, so the rows it meets are NaN as in f32. */
+void wk_quantize_q8(const float *x, uint32_t n, int8_t *xq, float *xd);
+/* y[r] for r in [r0, r1) through k->rows, or k->rows_q8 when xq is not NULL and the format
+ * is int8/int4/mxfp4. */
+void wk_matvec_rows(const wk_kernels *k, const wm_mat *m, uint32_t r0, uint32_t r1, const float *x, const int8_t *xq,
+                    const float *xd, float *y);
+static inline int wk_q8_format(int32_t fmt) { return fmt == WF_INT8 || fmt == WF_INT4 || fmt == WF_MXFP4; }
+/* Generic pieces of the q8 path the SIMD files reuse. */
+void wk_rows_f32act_generic(const wm_mat *m, uint32_t r0, uint32_t r1, const float *x, float *y);
+void wk_rows_q8_generic(const wm_mat *m, uint32_t r0, uint32_t r1, const int8_t *xq, const float *xd, float *y);
 /* The kernel set for cfg.kernels (WASTE_KERNELS_*); NULL when the CPU or the build lacks
  * the named set, *why (when not NULL) then says which feature is missing. */
 const wk_kernels *wk_select(int32_t kernels_cfg, const char **why);
@@ -129,6 +150,7 @@ float wk_e8m0_half(uint8_t e);
 int wk_mxfp4_find_nan_scale(const uint8_t *data, uint32_t rows, uint32_t cols, uint32_t *row, uint32_t *group);
 extern const wk_kernels wk_avx2_kernels;
 extern const wk_kernels wk_avx512_kernels;
+extern const wk_kernels wk_avx512vnni_kernels;
 
 /* ---- pool.c: fork-join workers; the caller is worker 0 -------------------------- */
 typedef struct wp_pool wp_pool;

@@ -112,9 +112,99 @@ float wk_dot_mxfp4_generic(const uint8_t *row, const float *x, uint32_t n) {
     return wk_reduce16(acc);
 }
 
+void wk_rows_f32act_generic(const wm_mat *m, uint32_t r0, uint32_t r1, const float *x, float *y) {
+    for (uint32_t r = r0; r < r1; r++) {
+        const uint8_t *row = m->data + (uint64_t)r * m->row_bytes;
+        switch (m->fmt) {
+        case WF_F32: y[r] = wk_dot_f32_generic((const float *)row, x, m->cols); break;
+        case WF_BF16: y[r] = wk_dot_bf16_generic((const uint16_t *)row, x, m->cols); break;
+        case WF_INT8: y[r] = wk_dot_int8_generic(row, x, m->cols, m->group); break;
+        case WF_INT4: y[r] = wk_dot_int4_generic(row, x, m->cols, m->group); break;
+        case WF_MXFP4: y[r] = wk_dot_mxfp4_generic(row, x, m->cols); break;
+        default: y[r] = NAN; /* unreachable: open refuses other formats */
+        }
+    }
+}
+
+/* ---- the q8 path (WASTE_ACT_Q8) --------------------------------------------------- */
+
+void wk_quantize_q8(const float *x, uint32_t n, int8_t *xq, float *xd) {
+    for (uint32_t b = 0; b < n / 32; b++) {
+        const float *xb = x + 32 * b;
+        int8_t *qb = xq + 32 * b;
+        float a = 0.0f;
+        int finite = 1;
+        for (uint32_t j = 0; j < 32; j++) {
+            float v = fabsf(xb[j]);
+            if (!(v <= 3.40282347e38f)) finite = 0;
+            else if (v > a) a = v;
+        }
+        if (!finite) { xd[b] = NAN; memset(qb, 0, 32); continue; }
+        xd[b] = a / 127.0f;
+        float inv = a > 0.0f ? 127.0f / a : 0.0f;
+        int tiny = isinf(inv);   /* a subnormal max: 127 / a overflows, divide instead */
+        for (uint32_t j = 0; j < 32; j++) {
+            float q = nearbyintf(tiny ? xb[j] / a * 127.0f : xb[j] * inv);
+            if (q > 127.0f) q = 127.0f;
+            if (q < -127.0f) q = -127.0f;
+            qb[j] = (int8_t)q;
+        }
+    }
+}
+
+/* Block b (32 columns) of a quantized row as 32 int8 values; returns its scale. */
+static float block_q8(const wm_mat *m, const uint8_t *row, uint32_t b, int8_t w[32]) {
+    uint32_t c0 = 32 * b;
+    uint16_t sh;
+    switch (m->fmt) {
+    case WF_INT8: {
+        const uint8_t *g = row + (uint64_t)(c0 / m->group) * (2 + m->group);
+        memcpy(&sh, g, 2);
+        memcpy(w, g + 2 + c0 % m->group, 32);
+        return wu_fp16_to_f32(sh);
+    }
+    case WF_INT4: {
+        const uint8_t *g = row + (uint64_t)(c0 / m->group) * (2 + m->group / 2);
+        memcpy(&sh, g, 2);
+        const uint8_t *q = g + 2 + (c0 % m->group) / 2;
+        for (uint32_t j = 0; j < 32; j++) w[j] = (int8_t)(((q[j >> 1] >> ((j & 1) * 4)) & 15) - 8);
+        return wu_fp16_to_f32(sh);
+    }
+    default: {   /* WF_MXFP4 */
+        const uint8_t *g = row + (uint64_t)b * 17;
+        for (uint32_t j = 0; j < 32; j++) w[j] = wk_e2m1x2[(g[1 + (j >> 1)] >> ((j & 1) * 4)) & 15];
+        return wk_e8m0_half(g[0]);
+    }
+    }
+}
+
+void wk_rows_q8_generic(const wm_mat *m, uint32_t r0, uint32_t r1, const int8_t *xq, const float *xd, float *y) {
+    int8_t w[32];
+    for (uint32_t r = r0; r < r1; r++) {
+        const uint8_t *row = m->data + (uint64_t)r * m->row_bytes;
+        float acc[16] = {0};
+        for (uint32_t b = 0; b < m->cols / 32; b++) {
+            float d = block_q8(m, row, b, w) * xd[b];
+            const int8_t *xb = xq + 32 * b;
+            for (uint32_t j = 0; j < 8; j++) {
+                int32_t p = w[4 * j] * xb[4 * j] + w[4 * j + 1] * xb[4 * j + 1] + w[4 * j + 2] * xb[4 * j + 2] +
+                            w[4 * j + 3] * xb[4 * j + 3];
+                acc[8 * (b & 1) + j] = fmaf((float)p, d, acc[8 * (b & 1) + j]);
+            }
+        }
+        y[r] = wk_reduce16(acc);
+    }
+}
+
+void wk_matvec_rows(const wk_kernels *k, const wm_mat *m, uint32_t r0, uint32_t r1, const float *x, const int8_t *xq,
+                    const float *xd, float *y) {
+    if (xq && wk_q8_format(m->fmt)) k->rows_q8(m, r0, r1, xq, xd, y);
+    else k->rows(m, r0, r1, x, y);
+}
+
 static const wk_kernels generic_kernels = {
     "generic", wk_dot_f32_generic, wk_dot_bf16_generic, wk_dot_int8_generic, wk_dot_int4_generic,
-    wk_dot_mxfp4_generic,
+    wk_dot_mxfp4_generic, wk_rows_f32act_generic, wk_rows_q8_generic,
 };
 
 const wk_kernels *wk_select(int32_t cfg, const char **why) {
@@ -122,17 +212,19 @@ const wk_kernels *wk_select(int32_t cfg, const char **why) {
     if (cfg == WASTE_KERNELS_GENERIC) return &generic_kernels;
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
-    int avx512 = __builtin_cpu_supports("avx512f");
-    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    int avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("f16c");
+    int vnni = avx512 && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("f16c");
+    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
     if (cfg == WASTE_KERNELS_AVX512) {
-        if (!avx512 && why) *why = "this CPU lacks AVX-512F";
-        return avx512 ? &wk_avx512_kernels : NULL;
+        if (!avx512 && why) *why = "this CPU lacks AVX-512F or F16C";
+        return avx512 ? (vnni ? &wk_avx512vnni_kernels : &wk_avx512_kernels) : NULL;
     }
     if (cfg == WASTE_KERNELS_AVX2) {
-        if (!avx2 && why) *why = "this CPU lacks AVX2 or FMA";
+        if (!avx2 && why) *why = "this CPU lacks AVX2, FMA or F16C";
         return avx2 ? &wk_avx2_kernels : NULL;
     }
-    if (avx512) return &wk_avx512_kernels;
+    if (avx512) return vnni ? &wk_avx512vnni_kernels : &wk_avx512_kernels;
     if (avx2) return &wk_avx2_kernels;
 #else
     if (cfg == WASTE_KERNELS_AVX2 || cfg == WASTE_KERNELS_AVX512) {

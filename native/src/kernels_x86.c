@@ -9,9 +9,10 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 
-#define AVX2 __attribute__((target("avx2,fma")))
-#define AVX512 __attribute__((target("avx512f,avx2,fma")))
-/* (avx2 implies SSSE3's pshufb, used for the E2M1 table lookup.) */
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+#define AVX512 __attribute__((target("avx512f,avx2,fma,f16c")))
+/* (avx2 implies SSSE3's pshufb, used for the E2M1 table lookup.) fp16 scales are widened by
+ * F16C's vcvtph2ps, exact like wu_fp16_to_f32 (subnormals included). */
 
 /* Tail elements continue the lane striping (n0 is a multiple of 16). */
 static float tail_f32(float acc[16], const float *w, const float *x, uint32_t n0, uint32_t n) {
@@ -62,7 +63,7 @@ AVX2 static float dot_int8_avx2(const uint8_t *row, const float *x, uint32_t n, 
     __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
     for (uint32_t g0 = 0; g0 < n; g0 += group) {
         uint16_t sh; memcpy(&sh, row, 2);
-        __m256 s = _mm256_set1_ps(wu_fp16_to_f32(sh));
+        __m256 s = _mm256_set1_ps(_cvtsh_ss(sh));
         const int8_t *q = (const int8_t *)(row + 2);
         for (uint32_t j = 0; j < group; j += 16) {
             a0 = _mm256_fmadd_ps(_mm256_mul_ps(i8x8(q + j), s), _mm256_loadu_ps(x + g0 + j), a0);
@@ -97,7 +98,7 @@ AVX2 static float dot_int4_avx2(const uint8_t *row, const float *x, uint32_t n, 
     const __m128i eight = _mm_set1_epi8(8);
     for (uint32_t g0 = 0; g0 < n; g0 += group) {
         uint16_t sh; memcpy(&sh, row, 2);
-        __m256 s = _mm256_set1_ps(wu_fp16_to_f32(sh));
+        __m256 s = _mm256_set1_ps(_cvtsh_ss(sh));
         const uint8_t *q = row + 2;
         for (uint32_t j = 0; j < group; j += 16) {
             __m128i v = _mm_sub_epi8(nibbles16(q + j / 2), eight);
@@ -152,7 +153,7 @@ AVX512 static float dot_int8_avx512(const uint8_t *row, const float *x, uint32_t
     __m512 a = _mm512_setzero_ps();
     for (uint32_t g0 = 0; g0 < n; g0 += group) {
         uint16_t sh; memcpy(&sh, row, 2);
-        __m512 s = _mm512_set1_ps(wu_fp16_to_f32(sh));
+        __m512 s = _mm512_set1_ps(_cvtsh_ss(sh));
         const int8_t *q = (const int8_t *)(row + 2);
         for (uint32_t j = 0; j < group; j += 16) {
             __m128i b = _mm_loadu_si128((const __m128i *)(q + j));
@@ -176,7 +177,7 @@ AVX512 static float dot_int4_avx512(const uint8_t *row, const float *x, uint32_t
     const __m128i eight = _mm_set1_epi8(8);
     for (uint32_t g0 = 0; g0 < n; g0 += group) {
         uint16_t sh; memcpy(&sh, row, 2);
-        __m512 s = _mm512_set1_ps(wu_fp16_to_f32(sh));
+        __m512 s = _mm512_set1_ps(_cvtsh_ss(sh));
         const uint8_t *q = row + 2;
         for (uint32_t j = 0; j < group; j += 16) {
             __m128i v = _mm_sub_epi8(nibbles16_512(q + j / 2), eight);
@@ -207,7 +208,185 @@ AVX512 static float dot_mxfp4_avx512(const uint8_t *row, const float *x, uint32_
     return wk_reduce16(acc);
 }
 
-const wk_kernels wk_avx2_kernels = {"avx2", dot_f32_avx2, dot_bf16_avx2, dot_int8_avx2, dot_int4_avx2, dot_mxfp4_avx2};
+/* ---- the q8 path (WASTE_ACT_Q8): integer dot products, then the float order of
+ * wk_rows_q8_generic (internal.h). Four rows at a time share the activation loads; each row
+ * is summed exactly as alone. Weights of one 32-column block as 32 int8 in column order: */
+#define Q8X86 __attribute__((target("avx2,fma,f16c")))
+#define Q8VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")))
+
+/* fp16 → f32 is exact (vcvtph2ps), the same value as wu_fp16_to_f32, subnormals included. */
+Q8X86 static inline float fp16_at(const uint8_t *p) { uint16_t h; memcpy(&h, p, 2); return _cvtsh_ss(h); }
+
+Q8X86 static inline __m256i w32_int8(const uint8_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
+Q8X86 static inline __m256i w32_nib(const uint8_t *p) {   /* 16 bytes, low nibble = even column */
+    __m128i b = _mm_loadu_si128((const __m128i *)p), m = _mm_set1_epi8(15);
+    __m128i lo = _mm_and_si128(b, m), hi = _mm_and_si128(_mm_srli_epi16(b, 4), m);
+    return _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
+}
+Q8X86 static inline __m256i w32_int4(const uint8_t *p) { return _mm256_sub_epi8(w32_nib(p), _mm256_set1_epi8(8)); }
+Q8X86 static inline __m256i w32_mxfp4(const uint8_t *p) {
+    __m128i t = _mm_loadu_si128((const __m128i *)wk_e2m1x2);
+    return _mm256_shuffle_epi8(_mm256_set_m128i(t, t), w32_nib(p));
+}
+/* p_j = Σ_{k<4} w[4j+k]·x[4j+k]: |w|·(x·sign w) as u8·s8 pairs (|w| ≤ 128, |x| ≤ 127: no
+ * int16 saturation), then pairs of pairs. */
+Q8X86 static inline __m256i dot_avx2(__m256i w, __m256i x) {
+    __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+Q8VNNI static inline __m256i dot_vnni(__m256i w, __m256i x) {
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+}
+
+/* NAME(m, r0, r1, xq, xd, y) for one format: GBYTES bytes per scale group of GCOLS columns,
+ * HDR bytes of scale first, BBYTES bytes per 32-column block, SCALE(ptr) its scale. */
+#define Q8_ROWS(NAME, ATTR, LOADW, DOT, SCALE, HDR, BBYTES)                                                  \
+    ATTR static void NAME(const wm_mat *m, uint32_t r0, uint32_t r1, const int8_t *xq, const float *xd,     \
+                          float *y) {                                                                         \
+        const uint32_t nb = m->cols / 32, sh = m->group == 128 ? 2 : 0, tmask = (1u << sh) - 1;             \
+        const uint64_t gbytes = HDR + (uint64_t)(BBYTES) * (1u << sh);                                       \
+        uint32_t r = r0;                                                                                      \
+        for (; r + 4 <= r1; r += 4) {                                                                         \
+            const uint8_t *w0 = m->data + (uint64_t)r * m->row_bytes, *w1 = w0 + m->row_bytes;             \
+            const uint8_t *w2 = w1 + m->row_bytes, *w3 = w2 + m->row_bytes;                                 \
+            __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00,        \
+                   a30 = a00, a31 = a00;                                                                      \
+            for (uint32_t b = 0; b < nb; b++) {                                                               \
+                uint64_t go = (uint64_t)(b >> sh) * gbytes, bo = go + HDR + (uint64_t)(b & tmask) * (BBYTES);\
+                __m256i xv = _mm256_loadu_si256((const __m256i *)(xq + 32 * (uint64_t)b));                   \
+                float xs = xd[b];                                                                             \
+                __m256 p0 = _mm256_cvtepi32_ps(DOT(LOADW(w0 + bo), xv));                                     \
+                __m256 p1 = _mm256_cvtepi32_ps(DOT(LOADW(w1 + bo), xv));                                     \
+                __m256 p2 = _mm256_cvtepi32_ps(DOT(LOADW(w2 + bo), xv));                                     \
+                __m256 p3 = _mm256_cvtepi32_ps(DOT(LOADW(w3 + bo), xv));                                     \
+                __m256 d0 = _mm256_set1_ps(SCALE(w0 + go) * xs), d1 = _mm256_set1_ps(SCALE(w1 + go) * xs);   \
+                __m256 d2 = _mm256_set1_ps(SCALE(w2 + go) * xs), d3 = _mm256_set1_ps(SCALE(w3 + go) * xs);   \
+                if (b & 1) {                                                                                  \
+                    a01 = _mm256_fmadd_ps(p0, d0, a01); a11 = _mm256_fmadd_ps(p1, d1, a11);                 \
+                    a21 = _mm256_fmadd_ps(p2, d2, a21); a31 = _mm256_fmadd_ps(p3, d3, a31);                 \
+                } else {                                                                                      \
+                    a00 = _mm256_fmadd_ps(p0, d0, a00); a10 = _mm256_fmadd_ps(p1, d1, a10);                 \
+                    a20 = _mm256_fmadd_ps(p2, d2, a20); a30 = _mm256_fmadd_ps(p3, d3, a30);                 \
+                }                                                                                             \
+            }                                                                                                 \
+            float acc[16];                                                                                    \
+            _mm256_storeu_ps(acc, a00); _mm256_storeu_ps(acc + 8, a01); y[r] = wk_reduce16(acc);             \
+            _mm256_storeu_ps(acc, a10); _mm256_storeu_ps(acc + 8, a11); y[r + 1] = wk_reduce16(acc);         \
+            _mm256_storeu_ps(acc, a20); _mm256_storeu_ps(acc + 8, a21); y[r + 2] = wk_reduce16(acc);         \
+            _mm256_storeu_ps(acc, a30); _mm256_storeu_ps(acc + 8, a31); y[r + 3] = wk_reduce16(acc);         \
+        }                                                                                                     \
+        for (; r < r1; r++) {                                                                                 \
+            const uint8_t *w0 = m->data + (uint64_t)r * m->row_bytes;                                        \
+            __m256 a00 = _mm256_setzero_ps(), a01 = a00;                                                      \
+            for (uint32_t b = 0; b < nb; b++) {                                                               \
+                uint64_t go = (uint64_t)(b >> sh) * gbytes, bo = go + HDR + (uint64_t)(b & tmask) * (BBYTES);\
+                __m256i xv = _mm256_loadu_si256((const __m256i *)(xq + 32 * (uint64_t)b));                   \
+                __m256 p0 = _mm256_cvtepi32_ps(DOT(LOADW(w0 + bo), xv));                                     \
+                __m256 d0 = _mm256_set1_ps(SCALE(w0 + go) * xd[b]);                                           \
+                if (b & 1) a01 = _mm256_fmadd_ps(p0, d0, a01);                                                \
+                else a00 = _mm256_fmadd_ps(p0, d0, a00);                                                      \
+            }                                                                                                 \
+            float acc[16];                                                                                    \
+            _mm256_storeu_ps(acc, a00); _mm256_storeu_ps(acc + 8, a01); y[r] = wk_reduce16(acc);             \
+        }                                                                                                     \
+    }
+
+#define SCALE_FP16(p) fp16_at(p)
+#define SCALE_E8M0(p) wk_e8m0_half((p)[0])
+Q8_ROWS(q8_int8_avx2, Q8X86, w32_int8, dot_avx2, SCALE_FP16, 2, 32)
+Q8_ROWS(q8_int4_avx2, Q8X86, w32_int4, dot_avx2, SCALE_FP16, 2, 16)
+Q8_ROWS(q8_mxfp4_avx2, Q8X86, w32_mxfp4, dot_avx2, SCALE_E8M0, 1, 16)
+Q8_ROWS(q8_int8_vnni, Q8VNNI, w32_int8, dot_vnni, SCALE_FP16, 2, 32)
+Q8_ROWS(q8_int4_vnni, Q8VNNI, w32_int4, dot_vnni, SCALE_FP16, 2, 16)
+Q8_ROWS(q8_mxfp4_vnni, Q8VNNI, w32_mxfp4, dot_vnni, SCALE_E8M0, 1, 16)
+
+static void rows_q8_avx2(const wm_mat *m, uint32_t r0, uint32_t r1, const int8_t *xq, const float *xd, float *y) {
+    if (m->fmt == WF_INT8) q8_int8_avx2(m, r0, r1, xq, xd, y);
+    else if (m->fmt == WF_INT4) q8_int4_avx2(m, r0, r1, xq, xd, y);
+    else q8_mxfp4_avx2(m, r0, r1, xq, xd, y);
+}
+static void rows_q8_vnni(const wm_mat *m, uint32_t r0, uint32_t r1, const int8_t *xq, const float *xd, float *y) {
+    if (m->fmt == WF_INT8) q8_int8_vnni(m, r0, r1, xq, xd, y);
+    else if (m->fmt == WF_INT4) q8_int4_vnni(m, r0, r1, xq, xd, y);
+    else q8_mxfp4_vnni(m, r0, r1, xq, xd, y);
+}
+
+/* The f32-activation rows: each row through the set's own dot. */
+#define ROWS_LOOP(NAME, F32, BF16, I8, I4, MX)                                                           \
+    static void NAME(const wm_mat *m, uint32_t r0, uint32_t r1, const float *x, float *y) {               \
+        for (uint32_t r = r0; r < r1; r++) {                                                             \
+            const uint8_t *row = m->data + (uint64_t)r * m->row_bytes;                                  \
+            switch (m->fmt) {                                                                            \
+            case WF_F32: y[r] = F32((const float *)row, x, m->cols); break;                              \
+            case WF_BF16: y[r] = BF16((const uint16_t *)row, x, m->cols); break;                         \
+            case WF_INT8: y[r] = I8(row, x, m->cols, m->group); break;                                   \
+            case WF_INT4: y[r] = I4(row, x, m->cols, m->group); break;                                   \
+            default: y[r] = MX(row, x, m->cols); break;                                                  \
+            }                                                                                            \
+        }                                                                                                \
+    }
+/* AVX-512, f32 activations, four rows at a time: each row's 16 lanes get exactly the
+ * operations of dot_*_avx512 in the same order (w = (float)q · s, then fma with x); the four
+ * independent chains hide the FMA latency that bounds a single row, and x is loaded once. */
+AVX512 static inline __m128i i16_int8(const uint8_t *q, uint32_t j) { return _mm_loadu_si128((const __m128i *)(q + j)); }
+AVX512 static inline __m128i i16_int4(const uint8_t *q, uint32_t j) {
+    return _mm_sub_epi8(nibbles16_512(q + j / 2), _mm_set1_epi8(8));
+}
+AVX512 static inline __m128i i16_mxfp4(const uint8_t *q, uint32_t j) {
+    return _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)wk_e2m1x2), nibbles16_512(q + j / 2));
+}
+AVX512 static inline float scale_fp16(const uint8_t *g) { uint16_t h; memcpy(&h, g, 2); return _cvtsh_ss(h); }
+static inline float scale_e8m0(const uint8_t *g) { return wk_e8m0_half(g[0]); }
+#define ROWS4_512(NAME, LOAD16, SCALE, HDR, GBYTES, GCOLS, SINGLE)                                           \
+    AVX512 static void NAME(const wm_mat *m, uint32_t r0, uint32_t r1, const float *x, float *y) {          \
+        const uint32_t gc = GCOLS, ng = m->cols / gc;                                                        \
+        const uint64_t gb = GBYTES, rb = m->row_bytes;                                                       \
+        uint32_t r = r0;                                                                                      \
+        for (; r + 4 <= r1; r += 4) {                                                                         \
+            const uint8_t *w0 = m->data + (uint64_t)r * rb, *w1 = w0 + rb, *w2 = w1 + rb, *w3 = w2 + rb;   \
+            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                                      \
+            for (uint32_t g = 0; g < ng; g++) {                                                               \
+                const uint64_t go = (uint64_t)g * gb;                                                         \
+                __m512 s0 = _mm512_set1_ps(SCALE(w0 + go)), s1 = _mm512_set1_ps(SCALE(w1 + go));             \
+                __m512 s2 = _mm512_set1_ps(SCALE(w2 + go)), s3 = _mm512_set1_ps(SCALE(w3 + go));             \
+                const uint8_t *q0 = w0 + go + HDR, *q1 = w1 + go + HDR, *q2 = w2 + go + HDR, *q3 = w3 + go + HDR; \
+                for (uint32_t j = 0; j < gc; j += 16) {                                                       \
+                    __m512 xv = _mm512_loadu_ps(x + (uint64_t)g * gc + j);                                    \
+                    a0 = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(LOAD16(q0, j))), s0), xv, a0); \
+                    a1 = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(LOAD16(q1, j))), s1), xv, a1); \
+                    a2 = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(LOAD16(q2, j))), s2), xv, a2); \
+                    a3 = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(LOAD16(q3, j))), s3), xv, a3); \
+                }                                                                                             \
+            }                                                                                                 \
+            float acc[16];                                                                                    \
+            _mm512_storeu_ps(acc, a0); y[r] = wk_reduce16(acc);                                              \
+            _mm512_storeu_ps(acc, a1); y[r + 1] = wk_reduce16(acc);                                          \
+            _mm512_storeu_ps(acc, a2); y[r + 2] = wk_reduce16(acc);                                          \
+            _mm512_storeu_ps(acc, a3); y[r + 3] = wk_reduce16(acc);                                          \
+        }                                                                                                     \
+        for (; r < r1; r++) y[r] = SINGLE;                                                                    \
+    }
+ROWS4_512(rows4_int8_avx512, i16_int8, scale_fp16, 2, 2 + m->group, m->group,
+          dot_int8_avx512(m->data + (uint64_t)r * rb, x, m->cols, m->group))
+ROWS4_512(rows4_int4_avx512, i16_int4, scale_fp16, 2, 2 + m->group / 2, m->group,
+          dot_int4_avx512(m->data + (uint64_t)r * rb, x, m->cols, m->group))
+ROWS4_512(rows4_mxfp4_avx512, i16_mxfp4, scale_e8m0, 1, 17, 32, dot_mxfp4_avx512(m->data + (uint64_t)r * rb, x, m->cols))
+
+ROWS_LOOP(rows_avx2, dot_f32_avx2, dot_bf16_avx2, dot_int8_avx2, dot_int4_avx2, dot_mxfp4_avx2)
+ROWS_LOOP(rows1_avx512, dot_f32_avx512, dot_bf16_avx512, dot_int8_avx512, dot_int4_avx512, dot_mxfp4_avx512)
+static void rows_avx512(const wm_mat *m, uint32_t r0, uint32_t r1, const float *x, float *y) {
+    if (m->fmt == WF_INT8) rows4_int8_avx512(m, r0, r1, x, y);
+    else if (m->fmt == WF_INT4) rows4_int4_avx512(m, r0, r1, x, y);
+    else if (m->fmt == WF_MXFP4) rows4_mxfp4_avx512(m, r0, r1, x, y);
+    else rows1_avx512(m, r0, r1, x, y);
+}
+
+const wk_kernels wk_avx2_kernels = {"avx2", dot_f32_avx2, dot_bf16_avx2, dot_int8_avx2, dot_int4_avx2, dot_mxfp4_avx2,
+                                    rows_avx2, rows_q8_avx2};
 const wk_kernels wk_avx512_kernels = {"avx512", dot_f32_avx512, dot_bf16_avx512, dot_int8_avx512, dot_int4_avx512,
-                                      dot_mxfp4_avx512};
+                                      dot_mxfp4_avx512, rows_avx512, rows_q8_avx2};
+/* AVX-512 with VNNI (and VL, BW): the same set, its q8 integer dots by vpdpbusd (exact, so
+ * the same bits as the maddubs form). */
+const wk_kernels wk_avx512vnni_kernels = {"avx512", dot_f32_avx512, dot_bf16_avx512, dot_int8_avx512, dot_int4_avx512,
+                                          dot_mxfp4_avx512, rows_avx512, rows_q8_vnni};
 #endif

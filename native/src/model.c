@@ -77,6 +77,8 @@ static int32_t buffer_bytes(const wc_container *c, uint32_t ctx_tokens, uint32_t
     uint64_t sc = cadd(cmul(floats, 4, &ovf), (uint64_t)cf->vocab * 32, &ovf);
     sc = cadd(sc, cmul(2ull * chunk * 4, k, &ovf), &ovf);
     sc = cadd(sc, (uint64_t)MAX(cf->n_experts, 1) + embed_row_bytes(c) + 64, &ovf);
+    /* the quantized matvec input (WASTE_ACT_Q8): int8 [w] and block scales [w/32 + 1] */
+    sc = cadd(sc, w + 4 * (w / 32 + 1), &ovf);
     /* K3: the mix xm [H], the residual blocks [n_blocks][chunk][H], latent z and sum [chunk][Rz] x 2 */
     sc = cadd(sc, cmul(cadd(cmul(cmul(res_blocks(cf), chunk, &ovf), cf->hidden, &ovf), cf->hidden, &ovf), 4, &ovf), &ovf);
     sc = cadd(sc, cmul(cmul(2ull * chunk, cf->rz, &ovf), 4, &ovf), &ovf);
@@ -349,6 +351,9 @@ int32_t wm_alloc_state(waste_ctx *ctx, uint64_t *bytes, char *err, uint64_t cap)
     if (!ctx->xs || !ctx->xn || !ctx->acc || !ctx->scores || !ctx->logits || !ctx->sample_pairs ||
         !ctx->sel || !ctx->selw || !ctx->expert_used || !ctx->row_tmp) goto oom;
     for (int i = 0; i < 12; i++) if (!(ctx->buf[i] = counted(ctx->maxw, sizeof(float), &sum))) goto oom;
+    ctx->xq = counted(ctx->maxw, 1, &sum);
+    ctx->xd = counted(ctx->maxw / 32 + 1, sizeof(float), &sum);
+    if (!ctx->xq || !ctx->xd) goto oom;
     ctx->xm = counted(c->hidden, sizeof(float), &sum);
     ctx->res = res_blocks(c) ? counted(res_blocks(c) * chunk * c->hidden, sizeof(float), &sum) : NULL;
     ctx->lz = c->rz ? counted((uint64_t)chunk * c->rz, sizeof(float), &sum) : NULL;
@@ -373,6 +378,7 @@ void wm_free_state(waste_ctx *ctx) {
     free(ctx->xs); free(ctx->xn); free(ctx->acc); free(ctx->scores); free(ctx->logits);
     free(ctx->sample_pairs); free(ctx->sel); free(ctx->selw); free(ctx->expert_used); free(ctx->row_tmp);
     for (int i = 0; i < 12; i++) free(ctx->buf[i]);
+    free(ctx->xq); free(ctx->xd);
     free(ctx->xm); free(ctx->res); free(ctx->lz); free(ctx->lacc);
 }
 
@@ -387,6 +393,7 @@ void wm_reset_state(waste_ctx *ctx) {
     }
     ctx->pos = 0;
     ctx->has_logits = 0;
+    ctx->seg_anchored = 0;
 }
 
 /* ==== math helpers (f32) =========================================================== */
@@ -404,16 +411,21 @@ static void rmsnorm(float *y, const float *x, const float *w, uint32_t n, float 
     for (uint32_t i = 0; i < n; i++) y[i] = w[i] * (x[i] * r);
 }
 
-typedef struct { const wk_kernels *k; const wm_mat *m; const float *x; float *y; } mv_job;
+typedef struct { const wk_kernels *k; const wm_mat *m; const float *x; const int8_t *xq; const float *xd; float *y; } mv_job;
 
 static void mv_rows(void *arg, uint32_t b, uint32_t e) {
     mv_job *j = arg;
-    for (uint32_t r = b; r < e; r++) j->y[r] = wk_dot_row(j->k, j->m, r, j->x);
+    wk_matvec_rows(j->k, j->m, b, e, j->x, j->xq, j->xd, j->y);
 }
 
-/* y[rows] = M·x; y must not alias x. */
+/* y[rows] = M·x; y must not alias x. With WASTE_ACT_Q8 an int8/int4/mxfp4 M meets x
+ * quantized once here (cols ≤ maxw: every input is an activation buffer). */
 static void matvec(waste_ctx *ctx, const wm_mat *m, const float *x, float *y) {
-    mv_job j = {ctx->k, m, x, y};
+    mv_job j = {ctx->k, m, x, NULL, NULL, y};
+    if (ctx->act_q8 && wk_q8_format(m->fmt)) {
+        wk_quantize_q8(x, m->cols, ctx->xq, ctx->xd);
+        j.xq = ctx->xq; j.xd = ctx->xd;
+    }
     if ((uint64_t)m->rows * m->cols >= 4096 && wp_size(ctx->pool) > 1) wp_run(ctx->pool, m->rows, mv_rows, &j);
     else mv_rows(&j, 0, m->rows);
 }

@@ -121,6 +121,7 @@ int32_t wo_open(const char *path, const waste_cfg *cfg, waste_ctx **out, char *e
     }
     ctx->io_threads = cfg->io_threads;
     ctx->lookahead = cfg->lookahead;
+    ctx->act_q8 = cfg->activations == WASTE_ACT_Q8;
     ctx->k = wk_select(cfg->kernels, NULL);   /* api.c's check_cfg refused a set the CPU lacks */
     wm_reset_state(ctx);
     *out = ctx;

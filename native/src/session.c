@@ -101,6 +101,9 @@ static int32_t make_piece(waste_ctx *ctx, piece_state *ps, int32_t tok, int flus
 int32_t wg_generate(waste_ctx *ctx, const int32_t *prompt, uint64_t n, const waste_gen_params *params,
                     waste_token_cb cb, void *user, waste_gen_result *res) {
     waste_gen_result r; memset(&r, 0, sizeof r); r.struct_size = sizeof r;
+    /* lookahead counters of this call: the ctx-wide ones now and at the end (one call at a time) */
+    uint64_t guesses0 = atomic_load(&ctx->st_guesses), guess_hits0 = atomic_load(&ctx->st_guess_hits);
+    uint64_t wasted0 = atomic_load(&ctx->st_wasted_bytes);
     r.direct_io = ctx->direct_all;
     piece_state ps; memset(&ps, 0, sizeof ps);
     ws_rng rng; ws_seed(&rng, params->seed);
@@ -195,6 +198,9 @@ int32_t wg_generate(waste_ctx *ctx, const int32_t *prompt, uint64_t n, const was
     free(ps.buf);
     wx_mem_sub(ctx, ps.cap);
     r.decode_ms = wu_now_ms() - t0 - r.prefill_ms;
+    r.guesses = atomic_load(&ctx->st_guesses) - guesses0;
+    r.guess_hits = atomic_load(&ctx->st_guess_hits) - guess_hits0;
+    r.wasted_bytes = atomic_load(&ctx->st_wasted_bytes) - wasted0;
     if (res) *res = r;
     return st;
 }

@@ -14,4 +14,12 @@ int32_t wsnap_save(waste_ctx *ctx, void *buf, uint64_t cap, uint64_t *n_out);
  * a refused snapshot leaves the state as it was. */
 int32_t wsnap_load(waste_ctx *ctx, const void *buf, uint64_t len);
 
+/* Segments (docs/FORMAT.md §7.1): positions since the ctx's anchor (or all, `whole`). */
+void wsnap_segment_size(const waste_ctx *ctx, int32_t whole, uint64_t *size, uint64_t *base);
+/* Writes the segment and makes it the anchor; *n_out = its size, also on E_SPACE. */
+int32_t wsnap_segment_save(waste_ctx *ctx, int32_t whole, void *buf, uint64_t cap, uint64_t *n_out);
+/* Validates every segment and the links between them before it restores anything; the
+ * last segment becomes the anchor. n >= 1, segs and lens non-NULL (api.c checks). */
+int32_t wsnap_chain_load(waste_ctx *ctx, const void *const *segs, const uint64_t *lens, uint32_t n);
+
 #endif

@@ -126,11 +126,121 @@ static int kernel_sets_agree(void) {
     return compared;
 }
 
+/* A random quantized matrix of `rows` rows (scales as in kernel_sets_agree, int8 q any byte). */
+static uint8_t *random_matrix(int32_t fmt, uint32_t group, uint32_t rows, uint32_t n, int subnormal) {
+    uint64_t rb = wf_row_bytes(fmt, group, n);
+    uint8_t *data = malloc(rb * rows);
+    for (uint64_t i = 0; i < rb * rows; i++) data[i] = (uint8_t)rnd();
+    uint32_t gcols = fmt == WF_MXFP4 ? 32 : group;
+    uint64_t gbytes = fmt == WF_INT8 ? 2 + group : fmt == WF_INT4 ? 2 + group / 2 : 17;
+    for (uint32_t r = 0; r < rows; r++)
+        for (uint32_t g = 0; g < n / gcols; g++) {
+            uint8_t *p = data + r * rb + g * gbytes;
+            if (fmt == WF_MXFP4) p[0] = subnormal ? (uint8_t)(g % 2) : (uint8_t)(rnd() % 161);
+            else {
+                uint16_t sc = (uint16_t)(rnd() & (subnormal ? 0x03FF : 0x7BFF));
+                memcpy(p, &sc, 2);
+            }
+        }
+    return data;
+}
+
+/* The q8 activation path (WASTE_ACT_Q8): the quantizer's contract, every kernel set's rows_q8
+ * equal to generic bit for bit (7 rows: one 4-row pass and 3 single rows), generic within the
+ * quantization error of the exact f32 dot, and the f32 `rows` of every set equal to its dot. */
+static int q8_path(void) {
+    const wk_kernels *sets[3] = {wk_select(WASTE_KERNELS_GENERIC, NULL), wk_select(WASTE_KERNELS_AVX2, NULL),
+                                 wk_select(WASTE_KERNELS_AVX512, NULL)};
+    static const uint32_t ns[] = {32, 96, 128, 256, 1408, 4096};
+    static const struct { int32_t fmt; uint32_t group; } fs[] = {
+        {WF_INT8, 32}, {WF_INT8, 128}, {WF_INT4, 32}, {WF_INT4, 128}, {WF_MXFP4, 32}};
+    enum { ROWS = 7 };
+    int compared = 0;
+    /* quantizer: q·d within d/2 of x, |q| <= 127, the block max exactly ±127; zero and
+     * non-finite blocks */
+    {
+        float x[96]; int8_t q[96]; float d[3];
+        for (int i = 0; i < 32; i++) x[i] = rndf();
+        for (int i = 32; i < 64; i++) x[i] = 0.0f;
+        for (int i = 64; i < 96; i++) x[i] = ldexpf(rndf(), -140);   /* subnormal maximum */
+        x[5] = -1.5f;
+        wk_quantize_q8(x, 96, q, d);
+        CHECK(d[0] == 1.5f / 127.0f && q[5] == -127);
+        for (int i = 0; i < 32; i++) CHECK(fabsf((float)q[i] * d[0] - x[i]) <= 0.5f * d[0] * 1.0001f);
+        CHECK(d[1] == 0.0f);
+        for (int i = 32; i < 64; i++) CHECK(q[i] == 0);
+        for (int i = 64; i < 96; i++) CHECK(q[i] >= -127 && q[i] <= 127);
+        x[70] = INFINITY;
+        wk_quantize_q8(x, 96, q, d);
+        CHECK(isnan(d[2]));
+        x[70] = NAN;
+        wk_quantize_q8(x, 96, q, d);
+        CHECK(isnan(d[2]));
+    }
+    for (size_t f = 0; f < sizeof fs / sizeof fs[0]; f++) {
+        for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
+            uint32_t n = ns[k], group = fs[f].group;
+            int32_t fmt = fs[f].fmt;
+            if (n % group) continue;
+            uint64_t rb = wf_row_bytes(fmt, group, n);
+            float *x = malloc(n * sizeof *x), *w = malloc(n * sizeof *w), *xd = malloc(n / 32 * sizeof *xd);
+            int8_t *xq = malloc(n);
+            for (int trial = 0; trial < 6; trial++) {
+                uint8_t *data = random_matrix(fmt, group, ROWS, n, trial == 0);
+                for (uint32_t i = 0; i < n; i++) x[i] = trial == 1 && i < 32 ? 0.0f : rndf();
+                wm_mat m = {fmt, group, ROWS, n, rb, data};
+                wk_quantize_q8(x, n, xq, xd);
+                float gen[ROWS], got[ROWS], y32[ROWS];
+                sets[0]->rows_q8(&m, 0, ROWS, xq, xd, gen);
+                for (uint32_t r = 0; r < ROWS; r++) {
+                    /* within the quantization error: |Σ w (x − x̂)| <= Σ |w| d/2, plus f32 rounding */
+                    wk_decode_row(&m, r, w);
+                    double exact = 0.0, bound = 0.0;
+                    for (uint32_t i = 0; i < n; i++) {
+                        exact += (double)w[i] * x[i];
+                        bound += fabs((double)w[i]) * (0.5 * xd[i / 32] + 1e-6 * fabs((double)x[i]));
+                    }
+                    if (!(fabs((double)gen[r] - exact) <= bound * 1.01 + 1e-30)) {
+                        printf("FAIL: q8 %s g%u n=%u row %u: %g vs exact %g (bound %g)\n", wf_name(fmt), group, n, r,
+                               (double)gen[r], exact, bound);
+                        failures++;
+                    }
+                }
+                for (int s = 0; s < 3; s++) {
+                    if (!sets[s]) continue;
+                    if (s) {
+                        sets[s]->rows_q8(&m, 0, ROWS, xq, xd, got);
+                        for (uint32_t r = 0; r < ROWS; r++)
+                            if (bits(got[r]) != bits(gen[r])) {
+                                printf("FAIL: q8 %s %s g%u n=%u trial %d row %u: %a vs generic %a\n", sets[s]->name,
+                                       wf_name(fmt), group, n, trial, r, got[r], gen[r]);
+                                failures++;
+                            }
+                        compared += ROWS;
+                    }
+                    sets[s]->rows(&m, 0, ROWS, x, y32);
+                    for (uint32_t r = 0; r < ROWS; r++) CHECK(bits(y32[r]) == bits(wk_dot_row(sets[s], &m, r, x)));
+                    /* wk_matvec_rows: q8 only with xq */
+                    wk_matvec_rows(sets[s], &m, 2, 5, x, NULL, NULL, got);
+                    for (uint32_t r = 2; r < 5; r++) CHECK(bits(got[r]) == bits(y32[r]));
+                    wk_matvec_rows(sets[s], &m, 2, 5, x, xq, xd, got);
+                    for (uint32_t r = 2; r < 5; r++) CHECK(bits(got[r]) == bits(gen[r]));
+                }
+                free(data);
+            }
+            free(x); free(w); free(xd); free(xq);
+        }
+    }
+    return compared;
+}
+
 int main(void) {
     decode_tables();
     int4_layout();
     mxfp4_layout();
     int compared = kernel_sets_agree();
+    int compared_q8 = q8_path();
+    printf("test_kernels: %d q8 rows compared with generic\n", compared_q8);
     printf("test_kernels: int4/mxfp4 decode tables checked; %d SIMD dot products compared with generic (%s%s)\n", compared,
            wk_select(WASTE_KERNELS_AVX2, NULL) ? "avx2" : "no avx2", wk_select(WASTE_KERNELS_AVX512, NULL) ? ", avx512" : ", no avx512");
     if (failures) { printf("test_kernels: %d failure(s)\n", failures); return 1; }

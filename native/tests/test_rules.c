@@ -195,6 +195,81 @@ static void only_reset_clears_poison(const char *dir) {
     tk_write_container(dir);   /* undamaged again for the next test */
 }
 
+/* ==== snapshot segments (docs/FORMAT.md §7.1) ========================================= */
+static char *save_segment(waste_ctx *ctx, int32_t whole, uint64_t want_base, uint64_t *len) {
+    uint64_t size = 0, base = 99, got = 0;
+    CHECK(waste_snapshot_segment_size(ctx, whole, &size, &base) == WASTE_OK && base == want_base);
+    char *seg = malloc(size);
+    CHECK(seg && waste_snapshot_segment_save(ctx, whole, seg, size, &got) == WASTE_OK && got == size);
+    *len = size;
+    return seg;
+}
+
+/* A chain root + child restores the state a fresh prefill reaches, byte for byte; the child
+ * holds only its own positions' latents; a broken chain is E_FORMAT and touches nothing. */
+static void segments_chain_exactly(const char *dir) {
+    waste_ctx *ctx = tk_open(dir, NULL);
+    if (!ctx) { tk_failures++; return; }
+    int32_t ids[9] = {3, 4, 5, 6, 7, 8, 9, 10, 11};
+    float fresh[TK_V], restored[TK_V];
+    CHECK(waste_eval(ctx, ids, 9, fresh, TK_V) == WASTE_OK);
+    CHECK(waste_reset(ctx) == WASTE_OK);
+    uint64_t len[3], whole = 0;
+    CHECK(waste_eval(ctx, ids, 4, NULL, 0) == WASTE_OK);
+    char *root = save_segment(ctx, 0, 0, &len[0]);               /* unanchored: a root */
+    CHECK(waste_eval(ctx, ids + 4, 3, NULL, 0) == WASTE_OK);
+    char *child = save_segment(ctx, 0, 4, &len[1]);              /* from the anchor at 4 */
+    CHECK(waste_eval(ctx, ids + 7, 1, NULL, 0) == WASTE_OK);
+    char *grandchild = save_segment(ctx, 0, 7, &len[2]);
+    CHECK(waste_snapshot_size(ctx, &whole) == WASTE_OK);
+    CHECK(len[2] < whole && len[1] < len[0]);                    /* latents are not repeated */
+    uint64_t again = 0, base = 99;
+    CHECK(waste_snapshot_segment_size(ctx, 1, &again, &base) == WASTE_OK && base == 0);
+    CHECK(waste_reset(ctx) == WASTE_OK);
+    CHECK(waste_snapshot_segment_size(ctx, 0, &again, &base) == WASTE_OK && base == 0);   /* reset drops the anchor */
+    const void *chain[3] = {root, child, grandchild};
+    CHECK(waste_snapshot_chain_load(ctx, chain, len, 3) == WASTE_OK && waste_position(ctx) == 8);
+    CHECK(waste_eval(ctx, ids + 8, 1, restored, TK_V) == WASTE_OK);
+    CHECK(memcmp(fresh, restored, sizeof fresh) == 0);
+    /* The middle of a chain restores too, and becomes the anchor. */
+    CHECK(waste_reset(ctx) == WASTE_OK);
+    CHECK(waste_snapshot_chain_load(ctx, chain, len, 2) == WASTE_OK && waste_position(ctx) == 7);
+    CHECK(waste_snapshot_segment_size(ctx, 0, &again, &base) == WASTE_OK && base == 7);
+    CHECK(waste_eval(ctx, ids + 7, 2, restored, TK_V) == WASTE_OK && memcmp(fresh, restored, sizeof fresh) == 0);
+    /* Broken chains: nothing restored (the position stays 9). */
+    const void *skip[2] = {root, grandchild}, *orphan[1] = {child}, *nulls[2] = {root, NULL};
+    uint64_t skip_len[2] = {len[0], len[2]};
+    CHECK(refused(ctx, waste_snapshot_chain_load(ctx, skip, skip_len, 2), WASTE_E_FORMAT, "segment 1 starts at 7", __LINE__));
+    CHECK(refused(ctx, waste_snapshot_chain_load(ctx, orphan, &len[1], 1), WASTE_E_FORMAT, "segment 0 starts at 4", __LINE__));
+    CHECK(refused(ctx, waste_snapshot_chain_load(ctx, nulls, len, 2), WASTE_E_ARG, "segment 1 is NULL", __LINE__));
+    CHECK(refused(ctx, waste_snapshot_chain_load(ctx, chain, len, 0), WASTE_E_ARG, "n must be", __LINE__));
+    child[60] ^= 1;
+    CHECK(refused(ctx, waste_snapshot_chain_load(ctx, chain, len, 3), WASTE_E_FORMAT, "segment 1: crc32", __LINE__));
+    child[60] ^= 1;
+    CHECK(waste_position(ctx) == 9);
+    /* A segment at the right position whose parent is another root (another crc): refused. */
+    int32_t others[4] = {3, 4, 5, 12};
+    CHECK(waste_reset(ctx) == WASTE_OK && waste_eval(ctx, others, 4, NULL, 0) == WASTE_OK);
+    uint64_t other_len = 0, tail_len = 0;
+    char *other = save_segment(ctx, 1, 0, &other_len);
+    CHECK(waste_eval(ctx, ids + 4, 1, NULL, 0) == WASTE_OK);
+    char *tail = save_segment(ctx, 0, 4, &tail_len);
+    const void *mixed[2] = {root, tail};
+    uint64_t mixed_len[2] = {len[0], tail_len};
+    CHECK(refused(ctx, waste_snapshot_chain_load(ctx, mixed, mixed_len, 2), WASTE_E_FORMAT, "not where segment 0 ends", __LINE__));
+    CHECK(waste_position(ctx) == 5);
+    /* A whole snapshot load drops the anchor; the intact chain still restores. */
+    uint64_t wsize = 0, wgot = 0;
+    CHECK(waste_snapshot_size(ctx, &wsize) == WASTE_OK);
+    char *w = malloc(wsize);
+    CHECK(w && waste_snapshot_save(ctx, w, wsize, &wgot) == WASTE_OK && waste_snapshot_load(ctx, w, wgot) == WASTE_OK);
+    CHECK(waste_snapshot_segment_size(ctx, 0, &again, &base) == WASTE_OK && base == 0);
+    CHECK(waste_snapshot_chain_load(ctx, chain, len, 3) == WASTE_OK && waste_position(ctx) == 8);
+    free(w);
+    waste_close(ctx);
+    free(root); free(child); free(grandchild); free(other); free(tail);
+}
+
 static void piece_out_of_memory_poisons(const char *dir) {
 #ifdef CAN_FAIL_REALLOC
     waste_ctx *ctx = tk_open(dir, NULL);
@@ -252,6 +327,7 @@ int main(void) {
     pieces_and_tail_equal_detokenize(dir);
     close_inside_the_callback_is_a_no_op(dir);
     only_reset_clears_poison(dir);
+    segments_chain_exactly(dir);
     piece_out_of_memory_poisons(dir);
     every_kernel_set_gives_the_same_bytes(dir);
     tk_remove_container(dir);

@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from tests.contract.engines import ENGINE_KINDS, serve
+from tests.contract.vllm_server import require_vllm, running_vllm
 from tests.engine.conftest import require_compiler
 from waste.tools.make_container import build_container
 
@@ -61,11 +62,32 @@ def native_engine(native, native_container: Path):
     engine.close()
 
 
+@pytest.fixture(scope="session")
+def tiny_qwen2(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny random Qwen2 checkpoint vLLM serves (waste.tools.tiny_qwen2), built once."""
+    require_vllm()
+    from tests.engine.conftest import require_module
+
+    require_module("transformers", "the tiny Qwen2 checkpoint for vLLM is written with it")
+    from waste.tools.tiny_qwen2 import write_model
+
+    return write_model(tmp_path_factory.mktemp("vllm") / "tiny-qwen2")
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tiny_qwen2: Path, tmp_path_factory: pytest.TempPathFactory):
+    """One vLLM server for the whole run (skips, or fails under make test, without the venv)."""
+    yield from running_vllm(tiny_qwen2, tmp_path_factory.mktemp("vllm-log") / "vllm.log")
+
+
 @pytest.fixture(scope="module", params=ENGINE_KINDS)
 def engine_kind(request) -> str:
-    """Each engine the HTTP contract runs against; "native" skips only without a compiler."""
+    """Each engine the HTTP contract runs against; "native" skips only without a compiler,
+    "vllm" only without the vLLM venv."""
     if request.param == "native":
         load_native()
+    if request.param == "vllm":
+        require_vllm()
     return request.param
 
 

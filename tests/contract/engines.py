@@ -16,9 +16,10 @@ import attrs
 import trio
 
 from tests.contract.serving import fake, running, state_of
+from tests.contract.vllm_server import SERVED_ID
 from waste.app import Settings, engine_opener
 
-ENGINE_KINDS = ("fake", "native")
+ENGINE_KINDS = ("fake", "native", "vllm")
 WAIT_LIMIT_S = 20.0  # a safety net for a contract that is broken, never a synchronisation
 
 
@@ -40,6 +41,13 @@ class RecordingEngine:
         self.paused = threading.Event()  # set while a generation waits at the pause
         self.generating = threading.Event()  # set once a generate call has begun
         self._resume = threading.Event()
+        self._lock = threading.Lock()
+        # Concurrent generations (a remote engine): the first ``_parties`` wait at token
+        # ``_meet_at`` until all of them got there, so a test knows they ran at once.
+        self._meet_at: int | None = None
+        self._parties = 0
+        self._arrived = 0
+        self._met = threading.Event()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -50,26 +58,49 @@ class RecordingEngine:
         self.paused.clear()
         self._pause_at = index
 
+    def meet_at(self, index: int, parties: int) -> None:
+        """The next ``parties`` generations each wait before delivering token ``index``
+        until all of them have got there (a broken barrier fails the wait: they never ran
+        at once)."""
+        with self._lock:
+            self._parties, self._arrived, self._met = parties, 0, threading.Event()
+            self._meet_at = index
+
+    def _meet(self) -> None:
+        with self._lock:
+            self._arrived += 1
+            if self._arrived > self._parties:
+                return  # the meeting is over: later generations pass
+            met = self._met
+            if self._arrived == self._parties:
+                met.set()
+        assert met.wait(WAIT_LIMIT_S), "the generations never ran at once"
+
     def resume(self) -> None:
         self._pause_at = None
         self._resume.set()
 
-    def generate(self, prompt, params, on_token: Callable, *, is_cancelled=None):
-        self.record.prompts.append(list(prompt.ids))
-        self.record.generated.append(0)
-        self.record.replies.append([])
+    def generate(self, prompt, params, on_token: Callable, *, is_cancelled=None, **more):
+        with self._lock:  # several calls at once on a remote engine: each keeps its slot
+            slot = len(self.record.prompts)
+            self.record.prompts.append(list(prompt.ids))
+            self.record.generated.append(0)
+            self.record.replies.append([])
         self.generating.set()
 
         def counted(event) -> bool:
             if self._pause_at is not None and event.index == self._pause_at:
                 self.paused.set()
                 self._resume.wait(WAIT_LIMIT_S)
-            self.record.generated[-1] += 1
-            self.record.replies[-1].append(event.token)
+            if self._meet_at is not None and event.index == self._meet_at:
+                self._meet()
+            self.record.generated[slot] += 1
+            self.record.replies[slot].append(event.token)
             return on_token(event)
 
         try:
-            result = self.inner.generate(prompt, params, counted, is_cancelled=is_cancelled)
+            result = self.inner.generate(prompt, params, counted, is_cancelled=is_cancelled,
+                                         **more)
         except Exception as exc:
             self.record.stop_reasons.append(getattr(exc, "code", type(exc).__name__))
             raise
@@ -123,6 +154,12 @@ NATIVE_SETTINGS = {"ctx": 512, "usage": "", "max_tokens": 16, "budget": 8 << 20,
                    "prefix_cache": 4 << 20}
 
 
+# vLLM serves the tiny Qwen2 (tests.contract.vllm_server). The shared contract runs one
+# generation at a time, as on libwaste (its queue tests assume one running);
+# test_vllm.py serves several at once.
+VLLM_SETTINGS = {"max_tokens": 16, "max_concurrency": 1}
+
+
 @contextlib.contextmanager
 def serve(kind: str, request, *, script: dict | None = None, wait_ready: bool = True,
           **settings: Any) -> Iterator[Served]:
@@ -135,6 +172,16 @@ def serve(kind: str, request, *, script: dict | None = None, wait_ready: bool = 
         @contextlib.asynccontextmanager
         async def opener() -> AsyncIterator[Any]:
             yield engine, engine.inner
+    elif kind == "vllm":
+        server = request.getfixturevalue("vllm_server")
+        config = Settings(vllm=server.base, vllm_model=SERVED_ID,
+                          **{**VLLM_SETTINGS, **settings})
+        open_remote = engine_opener(config)
+
+        @contextlib.asynccontextmanager
+        async def opener() -> AsyncIterator[Any]:
+            async with open_remote() as (inner, tokenizer):
+                yield RecordingEngine(inner), tokenizer
     else:
         container = request.getfixturevalue("native_container")
         config = Settings(model=str(container), **{**NATIVE_SETTINGS, **settings})

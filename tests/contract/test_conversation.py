@@ -5,8 +5,8 @@ the history, and an Open-WebUI-style title request between turns.
 From turn 2 on, the engine prefills only what it has not evaluated before: the count comes
 from the engine itself (libwaste's evaluated positions; the fake's record), and equals the
 prompt less the longest stored prefix, computed here from the prompts and replies the
-engine saw. Every answer equals the one a server without the cache gives, and the title
-requests evict nothing of the conversation."""
+engine saw. Every answer equals the one a server without the cache gives, the title
+requests evict nothing of the conversation, and the turns' entries share their latents."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import contextlib
 import json
 
 import httpx
+import pytest
 from tests.contract.engines import serve
 
 TOOLS = [{"type": "function", "function": {
@@ -77,6 +78,9 @@ def chat(client: httpx.Client, messages: list[dict], stream: bool) -> tuple[str,
 
 
 def test_a_five_turn_chat_prefills_only_new_tokens(engine_kind, request):
+    if engine_kind == "vllm":
+        pytest.skip("vLLM's prefix cache is its own (block-granular, counted inside vLLM); "
+                    "this test reads our engines' evaluated positions")
     with contextlib.ExitStack() as stack:
         # The pasted titles and tools make prompts of up to ~1,500 tokens on the tiny model.
         cached = stack.enter_context(serve(engine_kind, request, ctx=2048))
@@ -124,6 +128,13 @@ def test_a_five_turn_chat_prefills_only_new_tokens(engine_kind, request):
         assert values["waste_prefix_cache_evictions_total"] == 0  # the titles evicted nothing
         assert values["waste_prefix_cache_entries"] > 0 and values["waste_prefix_cache_bytes"] > 0
         assert values["waste_prefix_cache_reused_tokens_total"] > 0
+        # The turns' entries extend one another (docs/FORMAT.md §7.1): shared, not copied.
+        inner = cached.engine.inner
+        assert any(e.parent is not None for e in inner.prefix_cache)
+        assert values["waste_prefix_cache_bytes"] == sum(e.size for e in inner.prefix_cache)
+        if cached.kind == "native":
+            stored, as_whole_snapshots = inner.prefix_cache_sharing()
+            assert stored < as_whole_snapshots
 
 
 def reply_ids(served) -> list[int]:

@@ -2,7 +2,7 @@
 
 Malformed HTTP that the HTTP layer refuses before any route still gets the OpenAI error
 envelope; a client that half-closes its write side after sending its request still gets
-the answer (requests that need no generation; see docs/DECISIONS.md for generations).
+the answer (the generation routes: test_hardening_halfclose.py).
 """
 
 from __future__ import annotations
@@ -38,7 +38,11 @@ def exchange(address, raw: bytes, *, half_close: bool = False) -> bytes:
 
 
 def split(reply: bytes) -> tuple[int, dict, bytes]:
+    """Status, headers and body of the final response (a half-closed client whose answer
+    takes a while is sent ``103`` probes first, docs/HTTP.md §6)."""
     head, _, body = reply.partition(b"\r\n\r\n")
+    while head.startswith(b"HTTP/1.1 1"):
+        head, _, body = body.partition(b"\r\n\r\n")
     lines = head.decode("latin-1").split("\r\n")
     status = int(lines[0].split()[1])
     headers = {k.strip().lower(): v.strip() for k, v in

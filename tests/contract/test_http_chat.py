@@ -66,8 +66,9 @@ def test_blocking_reply_shape(client):
 
 
 def test_tool_calls_blocking_and_streamed(client):
-    tools = [{"type": "function", "function": {"name": "get_weather"}}]
-    blocking = client.post("/v1/chat/completions", json=user("weather?", tools=tools)).json()
+    # No tools declared, so no grammar: the scripted calls come back as written, the raw
+    # `{"tz": ` one included (a declared tool set would refuse it: test_tool_constraint.py).
+    blocking = client.post("/v1/chat/completions", json=user("weather?")).json()
     choice = blocking["choices"][0]
     assert choice["finish_reason"] == "tool_calls"
     message = choice["message"]
@@ -77,7 +78,7 @@ def test_tool_calls_blocking_and_streamed(client):
     assert json.loads(calls[0]["function"]["arguments"]) == {"city": "Paris", "days": 3}
     assert calls[1]["function"]["arguments"] == '{"tz": '  # raw, unparseable, verbatim
     assert all(c["id"].startswith("call_") and len(c["id"]) == 29 for c in calls)
-    _, events = stream(client, "/v1/chat/completions", user("weather?", tools=tools, stream=True))
+    _, events = stream(client, "/v1/chat/completions", user("weather?", stream=True))
     call_chunks = [e["choices"][0]["delta"]["tool_calls"] for e in events[:-1]
                    if e["choices"][0]["delta"].get("tool_calls")]
     assert len(call_chunks) == 4  # two chunks per call, arguments never split
@@ -131,8 +132,7 @@ def test_finish_reason_length_and_precedence(client):
     body = client.post("/v1/chat/completions", json=user("story", max_tokens=15)).json()
     assert body["choices"][0]["finish_reason"] == "length"
     assert body["usage"]["completion_tokens"] == 15
-    tools = [{"type": "function", "function": {"name": "get_weather"}}]
-    cut = client.post("/v1/chat/completions", json=user("weather", tools=tools, max_tokens=40)).json()
+    cut = client.post("/v1/chat/completions", json=user("weather", max_tokens=40)).json()
     # the first call is still unfinished at 40 tokens: dropped, so the cap decides
     assert cut["choices"][0]["finish_reason"] == "length"
     assert "tool_calls" not in cut["choices"][0]["message"]
@@ -140,11 +140,8 @@ def test_finish_reason_length_and_precedence(client):
 
 def test_finish_reason_tool_calls_beats_length(client):
     """docs/HTTP.md §3.2: a complete call was emitted, then the cap cut the second one: tool_calls."""
-    tools = [{"type": "function", "function": {"name": "get_weather"}}]
-
-    def capped(n: int) -> dict:
-        return client.post("/v1/chat/completions",
-                           json=user("weather", tools=tools, max_tokens=n)).json()
+    def capped(n: int) -> dict:  # no tools declared: the script's raw call stays unconstrained
+        return client.post("/v1/chat/completions", json=user("weather", max_tokens=n)).json()
 
     full = capped(4096)["usage"]["completion_tokens"]
     low, high = 1, full  # the fewest tokens that complete the first call

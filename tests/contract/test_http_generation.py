@@ -100,7 +100,10 @@ def test_every_request_starts_from_a_reset_engine(served, client):
     cached = second["usage"].pop("prompt_tokens_details")["cached_tokens"]
     first["usage"].pop("prompt_tokens_details")
     assert first["usage"] == second["usage"]
-    assert cached == second["usage"]["prompt_tokens"] - 1 == second["waste"]["cached_tokens"]
+    if served.kind == "vllm":  # vLLM's own prefix cache, in whole blocks: what it reports
+        assert cached == second["waste"]["cached_tokens"]
+    else:
+        assert cached == second["usage"]["prompt_tokens"] - 1 == second["waste"]["cached_tokens"]
 
 
 def test_seeded_sampling_reproduces(client):

@@ -218,14 +218,31 @@ def test_reading_ahead_is_reported_in_waste_and_metrics(native, native_container
         assert 0 <= since["lookahead_hits"] <= since["lookahead_guesses"]
         assert since["lookahead_accuracy"] == since["lookahead_hits"] / since["lookahead_guesses"]
         assert 1 <= since["io_queue_depth_max"] and since["disk_busy_s"] > 0
+        # per request (issue 12 item 2): the first request made every guess so far; the
+        # second request's counters are the growth of since_start across it
+        first = r.json()["waste"]
+        assert first["lookahead_guesses"] == since["lookahead_guesses"] > 0
+        assert first["lookahead_hits"] == since["lookahead_hits"]
+        assert first["lookahead_wasted_bytes"] <= since["lookahead_wasted_bytes"]
+        assert first["lookahead_accuracy"] == first["lookahead_hits"] / first["lookahead_guesses"]
+        assert since["activations"] == "q8"  # the server's default (docs/ENGINE.md §4.3)
+        r2 = httpx.post(base + "/v1/chat/completions", json=chat("read ahead again", temperature=0), timeout=60)
+        assert r2.status_code == 200, r2.text
+        second, since2 = r2.json()["waste"], r2.json()["waste"]["since_start"]
+        for key in ("lookahead_guesses", "lookahead_hits", "lookahead_wasted_bytes"):
+            assert second[key] == since2[key] - since[key], key
+        assert second["lookahead_guesses"] > 0
+        since = since2
         metrics = httpx.get(base + "/metrics", timeout=10).text
         assert f"waste_lookahead_guesses_total {since['lookahead_guesses']}" in metrics
         for name in ("waste_lookahead_hits_total", "waste_lookahead_wasted_bytes_total",
                      "waste_io_queue_depth_max", "waste_disk_busy_seconds_total"):
             assert f"\n{name} " in metrics
     plan = subprocess.run([sys.executable, "-m", "waste", str(native_container), "--plan", "--io-threads", "4",
-                           "--lookahead", "--cache", "lru"], capture_output=True, text=True, timeout=60)
+                           "--lookahead", "--cache", "lru", "--activations", "f32"],
+                          capture_output=True, text=True, timeout=60)
     assert plan.returncode == 0, plan.stderr
+    assert "activations: f32 (exact f32: the reference)" in plan.stdout
     assert "io_threads: 4 (up to 4 record reads in flight)" in plan.stdout
     assert "lookahead: on" in plan.stdout and "cache_policy: lru" in plan.stdout
 

@@ -466,7 +466,10 @@ def test_options_from_the_server_settings(native):
     assert native.NativeOptions.from_settings(settings) == native.NativeOptions(
         ram_budget_bytes=3 << 30, ctx_tokens=8192, n_threads=2, cpu_list="0-1",
         cache_policy="lru", direct_io=False, vision=True, verify=True, exclusive_open=True,
-        usage_path="", io_threads=3, lookahead=1, prefix_cache=None)  # the server's default: a share of the budget
+        usage_path="", io_threads=3, lookahead=1, activations="q8",  # the server's default
+        prefix_cache=None)  # the server's default: a share of the budget
+    assert native.NativeOptions.from_settings(
+        attrs.evolve(settings, activations="f32")).activations == "f32"
     assert native.NativeOptions.from_settings(
         attrs.evolve(settings, prefix_cache=1 << 20)).prefix_cache == 1 << 20
     tokenizer = native.NativeOptions.from_settings(settings).for_tokenizer()

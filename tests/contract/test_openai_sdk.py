@@ -20,7 +20,8 @@ TOOLS = [
         "name": "get_weather", "description": "Weather for a city.",
         "parameters": {"type": "object", "properties": {"city": {"type": "string"},
                                                         "days": {"type": "integer"}}}}},
-    {"type": "function", "function": {"name": "clock", "parameters": {"type": "object"}}},
+    {"type": "function", "function": {"name": "clock", "parameters": {
+        "type": "object", "properties": {"tz": {"type": "string"}}}}},
 ]
 SCRIPT = {"replies": [
     {"when": "weather", "reasoning": "Need the weather.", "content": "",

@@ -19,7 +19,9 @@ from tests.contract.sse import join_deltas, read_events
 from waste.app import Settings
 
 FIXTURES = Path(__file__).parent / "fixtures" / "openwebui"
-GLM = json.loads((Path(__file__).parents[2] / "examples" / "chat-glm.json").read_text("utf-8"))
+# The GLM example without its "tools": "glm" key: a chat.json container with no tool protocol.
+GLM = {key: value for key, value in json.loads(
+    (Path(__file__).parents[2] / "examples" / "chat-glm.json").read_text("utf-8")).items() if key != "tools"}
 KEY = "sk-owui-test"
 CTX = 65536  # the builtin tools alone are ~20k fake tokens: --ctx well above 4096 (§10.1)
 TITLE = '{ "title": "🌦️ Lisbon Weather Today" }'

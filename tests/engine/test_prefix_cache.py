@@ -6,6 +6,8 @@ that has no cache (the snapshot route vs the plain route, docs/ENGINE.md §7).""
 
 from __future__ import annotations
 
+import mmap
+
 import numpy as np
 import pytest
 
@@ -74,7 +76,7 @@ def test_restored_prefix_plus_rest_equals_fresh_prefill(native, container, refer
         result, _ = greedy(engine, ids)
         assert result.cached_tokens == 0 and result.prompt_tokens == 70
         # Stored: every 16 tokens inside the prompt, the prompt's end (less one), the reply.
-        stored = sorted(len(k) for k in engine.prefix_cache._entries)
+        stored = sorted(e.length for e in engine.prefix_cache)
         assert stored[:-1] == checkpoints(0, 69, 16) and stored[-1] == 70 + 6 - 1
         # A longer prompt sharing 50 tokens restores 48 (the last checkpoint inside them).
         longer = ids[:50] + prompt_of(30, engine.model_info().vocab, seed=8)
@@ -197,3 +199,92 @@ def test_the_server_says_at_start_whether_the_cache_is_on(native, synthetic_f32,
     assert f"prefix cache: {2 << 20} bytes of the budget" in opened(prefix_cache=2 << 20)
     assert "prefix cache off: 1024 bytes cannot hold one entry" in opened(prefix_cache=1024)
     assert "prefix cache off (--prefix-cache 0)" in opened(prefix_cache=0)
+
+
+def _restores_exactly(engine, reference, key):
+    """Restore ``key``'s longest stored prefix; the logits of the rest equal a fresh prefill."""
+    engine.reset()
+    n = engine.restore_prefix(tuple(key))
+    assert same_bytes(engine.eval(list(key[n:])), fresh(reference, list(key)))
+    return n
+
+
+def _chains_are_whole(cache):
+    """Every live entry's parents are live, and the bytes are each entry's own, once."""
+    entries = list(cache)
+    assert all(cache.holds(link) for e in entries for link in e.chain())
+    assert cache.stats().bytes == sum(e.size for e in entries) <= cache.capacity
+    assert all(e.children == sum(1 for c in entries if c.parent is e) for e in entries)
+
+
+def test_entries_of_a_conversation_share_their_latents(native, container, reference):
+    """Each entry holds the latents of its own positions only (docs/FORMAT.md §7.1): a
+    whole snapshot less the parent's positions; a child restores exactly through its chain."""
+    engine = open_engine(native, container, prefix_cache=64 << 20, prefix_interval=16)
+    try:
+        vocab = engine.model_info().vocab
+        ids = prompt_of(70, vocab)
+        greedy(engine, ids)
+        entries = sorted(engine.prefix_cache, key=lambda e: e.length)
+        assert [e.length for e in entries] == [16, 32, 48, 64, 69, 75]
+        assert entries[0].parent is None
+        assert all(e.parent is p for p, e in zip(entries, entries[1:]))
+        # Bytes per position of a whole snapshot (ids + every MLA layer's latents).
+        per_position = (entries[1].value.whole_bytes - entries[0].value.whole_bytes) // 16
+        assert per_position > 4
+        for e in entries[1:]:  # the parent's positions are not stored again (48 − 32: headers)
+            assert e.value.whole_bytes - e.value.length == e.parent.length * per_position - 16
+        # The cache counts each segment's pages, once.
+        stored, unshared = engine.prefix_cache_sharing()
+        assert stored == sum(e.size for e in entries) < unshared
+        assert all(e.size == -(-e.value.length // mmap.PAGESIZE) * mmap.PAGESIZE for e in entries)
+        _chains_are_whole(engine.prefix_cache)
+        # Restores from the leaf (six segments), from the middle, and parting inside a parent.
+        assert _restores_exactly(engine, reference, ids + prompt_of(3, vocab, seed=9)) == 69
+        assert _restores_exactly(engine, reference, ids[:40] + prompt_of(9, vocab, seed=4)) == 32
+        assert _restores_exactly(engine, reference, ids[:20]) == 16
+        # The next turn extends the chain from the restored entry.
+        turn = ids + prompt_of(30, vocab, seed=11)
+        result, events = greedy(engine, turn, max_tokens=2)
+        assert result.cached_tokens == 69
+        new = [e for e in engine.prefix_cache if e.length > 75]
+        assert new and min(new, key=lambda e: e.length).parent.length == 69
+        reply = turn + [events[0][0]]  # stored at the generation's end, on the new chain
+        assert _restores_exactly(engine, reference, reply + [5]) == len(reply)
+    finally:
+        engine.close()
+
+
+def test_eviction_of_parents_and_children_keeps_restores_exact(native, container, reference):
+    """A cache too small for two conversations evicts leaves first (no child outlives its
+    parent), a chain that fills the cache continues as a new root, and every restore left
+    is exact."""
+    engine = open_engine(native, container, prefix_cache=64 << 20, prefix_interval=8)
+    try:
+        vocab = engine.model_info().vocab
+        first = prompt_of(40, vocab, seed=1)
+        greedy(engine, first, max_tokens=1)
+        one_conversation = engine.prefix_cache.stats().bytes
+        engine.prefix_cache.capacity = one_conversation + one_conversation // 3
+        second = prompt_of(40, vocab, seed=2)
+        greedy(engine, second, max_tokens=1)
+        stats = engine.prefix_cache.stats()
+        assert stats.evictions >= 1
+        _chains_are_whole(engine.prefix_cache)
+        # The first conversation lost its leaves (its latest positions) before its root.
+        kept_first = [e.length for e in engine.prefix_cache if e.key == tuple(first[:e.length])]
+        assert kept_first and kept_first == list(range(8, 8 * len(kept_first) + 1, 8))
+        for key in (first, second):
+            _restores_exactly(engine, reference, key)
+        # Grow the second conversation until its own chain fills the cache: entries go on
+        # as new roots (whole states), never past the capacity, and stay exact.
+        turn = second
+        for n in range(4):
+            turn = turn + prompt_of(24, vocab, seed=30 + n)
+            greedy(engine, turn, max_tokens=1)
+            _chains_are_whole(engine.prefix_cache)
+        roots = [e for e in engine.prefix_cache if e.parent is None]
+        assert any(e.length > 40 for e in roots)
+        assert _restores_exactly(engine, reference, turn + [7]) == len(turn)
+    finally:
+        engine.close()

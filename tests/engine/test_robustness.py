@@ -11,6 +11,7 @@ import shutil
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.engine.manifests import edit_manifest, tensor
@@ -212,6 +213,50 @@ def test_snapshot_refusals_leave_ctx_untouched(copy, tmp_path):
     with open_ctx(copy) as a, open_ctx(other) as b:
         a.eval([3, 4])
         st, detail = b.restore_status(a.snapshot())
+        assert st == "E_FORMAT" and "different model" in detail and b.position() == 0
+
+
+def _segment(c, whole=0) -> bytes:
+    size, base, n = c.ffi.new("uint64_t *"), c.ffi.new("uint64_t *"), c.ffi.new("uint64_t *")
+    c.check(c.lib.waste_snapshot_segment_size(c.ctx, whole, size, base))
+    buf = c.ffi.new("char[]", size[0])
+    c.check(c.lib.waste_snapshot_segment_save(c.ctx, whole, buf, size[0], n))
+    return c.ffi.unpack(buf, n[0])
+
+
+def _load_chain(c, segments) -> tuple[str, str]:
+    keep = [c.ffi.from_buffer(s) for s in segments]
+    return c.status_of(c.lib.waste_snapshot_chain_load(
+        c.ctx, c.ffi.new("void *[]", keep), c.ffi.new("uint64_t[]", [len(s) for s in segments]),
+        len(segments)))
+
+
+def test_segment_chain_refusals_leave_ctx_untouched(copy, tmp_path):
+    """docs/FORMAT.md §7.1: a flipped byte anywhere in a chain (header, ids, state, crc) or a
+    segment from another model is E_FORMAT, and the ctx keeps its state."""
+    with open_ctx(copy) as c:
+        c.eval([3, 4, 5])
+        root = _segment(c)
+        c.eval([6, 7])
+        child = _segment(c)
+        assert _load_chain(c, [root, child]) == ("OK", "") and c.position() == 5
+        c.reset()
+        c.eval([9])
+        rng = np.random.default_rng(0)
+        for which, seg in enumerate((root, child)):
+            for at in list(range(52)) + list(rng.integers(52, len(seg), 100)) + [len(seg) - 1]:
+                broken = bytearray(seg)
+                broken[at] ^= 0x10
+                chain = [bytes(broken), child] if which == 0 else [root, bytes(broken)]
+                st, detail = _load_chain(c, chain)
+                assert st == "E_FORMAT" and f"segment {which}" in detail, (which, at, detail)
+                assert c.position() == 1
+        assert _load_chain(c, [root, child[:-1]])[0] == "E_FORMAT"
+    other = tmp_path / "other.waste"
+    shutil.copytree(copy, other)
+    edit_manifest(other, lambda m: m["config"].update(rms_norm_eps=2e-5))
+    with open_ctx(other) as b:
+        st, detail = _load_chain(b, [root, child])
         assert st == "E_FORMAT" and "different model" in detail and b.position() == 0
 
 

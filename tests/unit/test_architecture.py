@@ -168,7 +168,8 @@ def test_importing_the_whole_domain_loads_no_outer_layer():
 # Records of marker ids, built positionally in marker order (``XtmlMarkerIds(*ids)``): the
 # field order is their contract, so they stay positional.
 POSITIONAL_BY_DESIGN = {"waste.domain.xtml.markers.XtmlMarkerIds",
-                        "waste.domain.chatjson.k2tools.ToolMarkerIds"}
+                        "waste.domain.chatjson.k2tools.ToolMarkerIds",
+                        "waste.domain.chatjson.glmtools.GlmMarkerIds"}
 
 
 def test_attrs_classes_past_three_fields_are_keyword_only():

@@ -32,7 +32,8 @@ K2_TOOLS = ["<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|too
 K2_SPECIALS = ["[EOS]", *KIMI_TURN, *K2_TOOLS]
 GLM_SPECIALS = ["[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<think>",
                 "</think>", "<|begin_of_image|>", "<|image|>", "<|end_of_image|>",
-                "<|observation|>"]
+                "<|observation|>", "<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>",
+                "<arg_value>", "</arg_value>", "<tool_response>", "</tool_response>"]
 XTML_SPECIALS = ["<|open|>", "<|sep|>", "<|close|>", "<|end_of_msg|>"]
 
 
@@ -81,6 +82,12 @@ def kimi(k2_tools: bool = True) -> ChatJsonFormat:
 GLM_VOCAB = FakeVocabulary(GLM_SPECIALS)
 
 
+def glm_plain() -> ChatJsonFormat:
+    """The GLM example without its ``tools`` key: no tool protocol."""
+    return chatfmt.load_chat_format({k: v for k, v in GLM.items() if k != "tools"}, GLM_VOCAB,
+                                    image_placeholder_id=GLM_VOCAB.ids["<|image|>"])
+
+
 def glm(**changes) -> ChatJsonFormat:
     return chatfmt.load_chat_format({**GLM, **changes}, GLM_VOCAB,
                                     image_placeholder_id=GLM_VOCAB.ids["<|image|>"])
@@ -108,14 +115,17 @@ class TestShippedExamples:
     def test_tools_need_the_k2_turn_markers_too(self):
         # All five tool markers but none of <|im_system|>, <|im_middle|>, <|im_end|>.
         vocab = FakeVocabulary([*GLM_SPECIALS, *K2_TOOLS])
-        glm_no_image = {k: v for k, v in GLM.items() if k != "image"}
+        glm_no_image = {k: v for k, v in GLM.items() if k not in ("image", "tools")}
         assert chatfmt.load_chat_format(glm_no_image, vocab).tools is False
 
     def test_glm(self):
         fmt = glm()
         assert (fmt.reasoning, fmt.always_open, fmt.effort, fmt.images, fmt.tools) == \
-            (True, True, True, True, False)
-        assert fmt.stop_ids == (GLM_VOCAB.ids["<|user|>"],)  # not the (empty) assistant suffix
+            (True, True, True, True, True)
+        # not the (empty) assistant suffix; GLM tools end a calling turn with <|observation|>
+        assert fmt.stop_ids == (GLM_VOCAB.ids["<|user|>"], GLM_VOCAB.ids["<|observation|>"])
+        assert fmt.glm_marker_ids is not None and fmt.tool_marker_ids is None
+        assert glm_plain().tools is False and glm_plain().stop_ids == (GLM_VOCAB.ids["<|user|>"],)
         assert fmt.think_ids == (GLM_VOCAB.ids["<think>"], GLM_VOCAB.ids["</think>"])
         assert fmt.image_block == "<|begin_of_image|><|image|><|end_of_image|>"
 
@@ -126,7 +136,9 @@ class TestShippedExamples:
     def test_markers_in_order_of_appearance(self):
         assert chatfmt.chat_json_markers(GLM) == [
             "[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<think>",
-            "</think>", "<|begin_of_image|>", "<|image|>", "<|end_of_image|>"]
+            "</think>", "<|begin_of_image|>", "<|image|>", "<|end_of_image|>", "<tool_call>",
+            "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>",
+            "<tool_response>", "</tool_response>", "<|observation|>"]
 
 
 def refusal(obj, vocab=GLM_VOCAB, **kwargs) -> str:
@@ -329,10 +341,10 @@ class TestRender:
 
     def test_tools_on_a_format_without_the_protocol(self):
         with pytest.raises(ChatFormatError) as err:
-            glm().render([{"role": "user", "content": "x"}], tools=[WEATHER], thinking=True)
+            glm_plain().render([{"role": "user", "content": "x"}], tools=[WEATHER], thinking=True)
         assert err.value.param == "tools"
         with pytest.raises(ChatFormatError) as err:
-            glm().render([{"role": "tool", "content": "x"}], thinking=True)
+            glm_plain().render([{"role": "tool", "content": "x"}], thinking=True)
         assert err.value.param == "messages[0].role"
 
     def test_image_parts(self):
@@ -367,16 +379,16 @@ class TestCheckRequest:
         ("open_channel", dict(effort="max"), "reasoning_effort", "effort"),
         ("glm", dict(thinking_explicit=False), "chat_template_kwargs.thinking", "always opens"),
         ("glm", dict(effort="none"), "reasoning_effort", "always opens"),
-        ("glm", dict(tools_nonempty=True, tool_choice="auto"), "tools", "tool definitions"),
-        ("glm", dict(tools_nonempty=True), "tools", "tool definitions"),
-        ("kimi", dict(tools_nonempty=True, tool_choice="required"), "tool_choice", "tool"),
-        ("kimi", dict(tools_nonempty=True,
-                      tool_choice={"type": "function", "function": {"name": "f"}}),
+        ("glm_plain", dict(tools_nonempty=True, tool_choice="auto"), "tools", "tool definitions"),
+        ("glm_plain", dict(tools_nonempty=True), "tools", "tool definitions"),
+        ("kimi_plain", dict(tool_choice="required"), "tool_choice", "tool"),
+        ("glm_plain", dict(tool_choice={"type": "function", "function": {"name": "f"}}),
          "tool_choice", "tool"),
         ("kimi", dict(has_images=True), "messages[0].content[1]", "image"),
     ])
     def test_refused(self, fmt_name, asked, param, words):
-        fmt = {"kimi": NO_CHANNEL, "glm": glm(), "open_channel": self.open_channel()}[fmt_name]
+        fmt = {"kimi": NO_CHANNEL, "glm": glm(), "glm_plain": glm_plain(),
+               "kimi_plain": kimi(k2_tools=False), "open_channel": self.open_channel()}[fmt_name]
         with pytest.raises(ChatFormatError) as err:
             check(fmt, **asked)
         assert err.value.param == param
@@ -396,6 +408,9 @@ class TestCheckRequest:
         ("kimi", dict(tools_nonempty=True, tool_choice="auto")),
         ("kimi", dict(tools_nonempty=True, tool_choice="none")),
         ("glm", dict(tools_nonempty=True, tool_choice="none")),  # left undeclared
+        # a tool protocol can force a call: the reply grammar enforces it
+        ("kimi", dict(tools_nonempty=True, tool_choice="required")),
+        ("glm", dict(tools_nonempty=True, tool_choice={"type": "function", "function": {"name": "f"}})),
         ("kimi", dict(response_format_type="text")),
         ("glm", dict(thinking_explicit=True, effort="high", has_images=True)),
         ("open_channel", dict(thinking_explicit=True)),
@@ -457,7 +472,7 @@ class TestReplyReader:
     def test_think_marker_later_is_dropped(self):
         reader = TestCheckRequest.open_channel().reply_reader(thinking=True)
         feed_pieces(reader, text_pieces("a") + special(GLM_VOCAB, "<think>") + text_pieces("b")
-                    + special(GLM_VOCAB, "</think>") + special(GLM_VOCAB, "<|observation|>")
+                    + special(GLM_VOCAB, "</think>") + special(GLM_VOCAB, "<|begin_of_image|>")
                     + text_pieces("c"))
         assert reader.message() == {"role": "assistant", "content": "abc"}
 

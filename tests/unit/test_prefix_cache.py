@@ -3,6 +3,8 @@ reuse, which follows the native adapter's rules (docs/ENGINE.md §2 "Prefix cach
 
 from __future__ import annotations
 
+import pytest
+
 from waste.adapters.fake import FakeEngine, load_script
 from waste.domain.ports import Prompt, PromptImage, SamplingParams
 from waste.domain.prefix_cache import PrefixCache, checkpoints, image_digest, prompt_key
@@ -31,6 +33,80 @@ def test_lru_eviction_by_bytes():
     stats = cache.stats()
     assert stats.evictions == 2 and stats.bytes == 25 and stats.entries == 2
     assert not cache.put((5,), "e", 31) and (1,) in cache  # larger than everything: refused
+
+
+def test_a_child_holds_only_its_tail_and_counts_only_its_bytes():
+    cache: PrefixCache[str] = PrefixCache(capacity=100)
+    root = cache.put((1, 2, 3), "root", 30)
+    child = cache.put((1, 2, 3, 4, 5), "child", 12, parent=root)
+    assert child.tail == (4, 5) and child.length == 5 and child.key == (1, 2, 3, 4, 5)
+    assert child.chain() == [root, child] and root.children == 1
+    assert cache.stats().bytes == 42 and cache.stats().entries == 2  # shared bytes once
+    assert cache.longest_prefix((1, 2, 3, 4, 5, 6)) is child
+    # A key that parts inside the parent's positions never matches the child.
+    assert cache.longest_prefix((1, 9, 3, 4, 5, 6)) is None
+    assert cache.longest_prefix((1, 2, 3, 4, 9, 6)) is root
+    assert (1, 2, 3, 4, 5) in cache and (4, 5) not in cache and (1, 2, 3, 4) not in cache
+    assert cache.put((1, 2, 3, 4, 5), "again", 1, parent=root) is None  # already stored
+
+
+def test_a_parent_must_be_stored_and_a_prefix():
+    cache: PrefixCache[str] = PrefixCache(capacity=100)
+    root = cache.put((1, 2), "root", 10)
+    with pytest.raises(ValueError):
+        cache.put((1, 3, 4), "x", 5, parent=root)
+    with pytest.raises(ValueError):
+        cache.put((1,), "x", 5, parent=root)
+    cache.clear()
+    with pytest.raises(ValueError):
+        cache.put((1, 2, 4), "x", 5, parent=root)
+
+
+def test_eviction_takes_leaves_first_and_keeps_chains_whole():
+    cache: PrefixCache[str] = PrefixCache(capacity=40)
+    a = cache.put((1,), "a", 10)
+    b = cache.put((1, 2), "b", 10, parent=a)
+    c = cache.put((1, 2, 3), "c", 10, parent=b)
+    other = cache.put((7,), "other", 10)
+    cache.longest_prefix((1, 2, 3, 4))  # the chain a-b-c is now more recent than `other`
+    cache.put((8,), "new", 10)  # evicts the least recent leaf: `other`
+    assert not cache.holds(other) and all(cache.holds(e) for e in (a, b, c))
+    # `a` is the least recently used entry but has children: the chain goes leaf first.
+    cache.longest_prefix((8, 0))
+    cache.put((9,), "nine", 20)
+    assert not cache.holds(c) and not cache.holds(b) and cache.holds(a) and a.children == 0
+    assert cache.stats().evictions == 3 and cache.stats().bytes == 40
+    # Every live entry's chain is live: no child ever outlives its parent.
+    assert all(cache.holds(link) for e in cache for link in e.chain())
+
+
+def test_make_room_never_evicts_the_kept_chain():
+    cache: PrefixCache[str] = PrefixCache(capacity=60)
+    a = cache.put((1,), "a", 20)
+    b = cache.put((1, 2), "b", 20, parent=a)
+    spare = cache.put((5,), "spare", 10)
+    assert cache.longest_prefix((1, 2, 3)) is b
+    # 10 bytes fit as is, 15 once `spare` goes; 21 would need part of a-b: refused, and
+    # nothing evicted.
+    assert not cache.make_room(21, keep=b) and cache.holds(spare)
+    assert cache.make_room(10, keep=b) and cache.holds(spare)
+    assert cache.make_room(15, keep=b) and not cache.holds(spare) and cache.holds(a) and cache.holds(b)
+    # Without `keep`, the chain goes leaf first.
+    assert cache.make_room(40) and not cache.holds(b) and cache.holds(a)
+
+
+def test_two_prompts_differing_only_in_image_bytes_never_share_an_entry():
+    red = image_digest(b"\xff\0\0" * 4, 2, 2)
+    blue = image_digest(b"\0\0\xff" * 4, 2, 2)
+    assert red != blue and image_digest(b"\xff\0\0" * 4, 4, 1) != red  # shape counts too
+    ids = [5, 6, 9, 7, 8]  # 9: the image placeholder, two positions each
+    cache: PrefixCache[str] = PrefixCache(capacity=100)
+    stored = prompt_key(ids, 9, [red], [2])
+    cache.put(stored[:2], "before", 10)
+    cache.put(stored, "red", 10, parent=cache.find(stored[:2]))
+    other = prompt_key(ids, 9, [blue], [2])
+    assert cache.longest_prefix(other).value == "before"  # only the positions before the image
+    assert other not in cache and cache.longest_prefix(stored).value == "red"
 
 
 def test_a_zero_capacity_cache_is_off():

@@ -38,17 +38,21 @@ _ANY_JSON_OBJECT = {"type": "object"}
 class LlguidanceMatcher:
     """One reply's grammar state (the ``TokenMatcher`` port)."""
 
-    def __init__(self, matcher: Any, eos_id: int, close_ids: tuple[int, ...]) -> None:
+    def __init__(self, matcher: Any, eos_id: int, close_ids: tuple[int, ...], *,
+                 own_end: bool = False) -> None:
         self._matcher = matcher
         self._eos = eos_id
         self._close = close_ids
+        self._own_end = own_end  # the grammar names its end marker itself (a whole reply)
 
     def fill(self, words: memoryview) -> None:
         mask = self._matcher.compute_bitmask()
         size = 4 * len(words)
         allowed = int.from_bytes(mask[:size], "little")
-        ends = (allowed >> self._eos) & 1
-        allowed &= ~(1 << self._eos)  # the grammar's EOS is not a token to sample
+        ends = 0
+        if not self._own_end:
+            ends = (allowed >> self._eos) & 1
+            allowed &= ~(1 << self._eos)  # the grammar's EOS is not a token to sample
         merged = int.from_bytes(words.tobytes(), "little") & allowed
         words[:] = memoryview(merged.to_bytes(size, "little")).cast("I")
         if ends:  # the grammar may end here: the answer's close ids stand for its EOS
@@ -58,7 +62,8 @@ class LlguidanceMatcher:
             raise RuntimeError(f"grammar error: {self._matcher.get_error()}")
 
     def consume(self, token: int) -> None:
-        if not self._matcher.consume_token(self._eos if token in self._close else token):
+        if not self._matcher.consume_token(self._eos if token in self._close and not self._own_end
+                                           else token):
             raise RuntimeError(f"grammar refused token {token}: {self._matcher.get_error()}")
 
     def finished(self) -> bool:
@@ -68,7 +73,11 @@ class LlguidanceMatcher:
 class LlguidanceCompiler:
     """The ``GrammarCompiler`` port on one served vocabulary (built lazily, thread-safe)."""
 
-    def __init__(self, tokenizer: Tokenizer, vocab: int, n_base_vocab: int, eos_id: int) -> None:
+    def __init__(self, tokenizer: Tokenizer, vocab: int, n_base_vocab: int, eos_id: int, *,
+                 plain_limit: int | None = None) -> None:
+        """``plain_limit``: plain ids at or past it are never offered under a grammar (the
+        fake engine's 1.1M code-point vocabulary; None: every id is)."""
+        self._plain_limit = plain_limit
         self._tokenizer = tokenizer
         self._vocab = vocab
         self._n_base = n_base_vocab
@@ -80,7 +89,8 @@ class LlguidanceCompiler:
         with self._lock:
             if self._lltokenizer is None:
                 self._lltokenizer = llguidance.LLTokenizer(
-                    llguidance.TokenizerWrapper(_Vocabulary(self._tokenizer, self._vocab, self._n_base, self._eos)),
+                    llguidance.TokenizerWrapper(_Vocabulary(self._tokenizer, self._vocab, self._n_base,
+                                                            self._eos, self._plain_limit)),
                     n_vocab=self._vocab)
             return self._lltokenizer
 
@@ -107,12 +117,41 @@ class LlguidanceCompiler:
 
         return new_matcher
 
+    def lark(self, grammar: str, schemas: Sequence[tuple[Any, str]]) -> Callable[[], TokenMatcher]:
+        """A factory of matchers for a whole-reply grammar (tool calls). Blocking.
+
+        Raises:
+            InvalidRequest: a schema keyword the compiler does not implement, named by its
+                path (``tools[0].function.parameters.properties.x.uniqueItems``); or a grammar
+                llguidance refuses as a whole (param ``tools``).
+        """
+        for schema, param in schemas:
+            _check(schema, param)
+        try:
+            compiled = llguidance.LLMatcher.grammar_from_lark(grammar)
+        except ValueError as exc:
+            raise InvalidRequest(f"tools: the tool calls cannot be enforced: {exc}", "tools",
+                                 "invalid_value") from None
+        tokens = self._tokens()
+        error = llguidance.LLMatcher.validate_grammar(compiled, tokens)
+        if error and not error.startswith("WARNING"):
+            raise InvalidRequest(f"tools: the tool calls cannot be enforced: {error}", "tools",
+                                 "invalid_value")
+
+        def new_matcher() -> TokenMatcher:
+            return LlguidanceMatcher(llguidance.LLMatcher(tokens, compiled, log_level=0), self._eos, (),
+                                     own_end=True)
+
+        return new_matcher
+
 
 class _Vocabulary:
     """What ``llguidance.TokenizerWrapper`` reads: every id's bytes, specials marked."""
 
-    def __init__(self, tokenizer: Tokenizer, vocab: int, n_base: int, eos_id: int) -> None:
+    def __init__(self, tokenizer: Tokenizer, vocab: int, n_base: int, eos_id: int,
+                 plain_limit: int | None = None) -> None:
         self._tokenizer = tokenizer
+        self._plain_limit = n_base if plain_limit is None else min(plain_limit, n_base)
         self.eos_token_id = eos_id
         self.bos_token_id = None
         self.special_token_ids = list(range(n_base, vocab))
@@ -124,6 +163,8 @@ class _Vocabulary:
         self._longest = max((len(raw) for raw in self._ids), default=1)
 
     def _bytes(self, token: int, n_base: int) -> bytes:
+        if self._plain_limit <= token < n_base:
+            return b""  # not offered under a grammar (see LlguidanceCompiler)
         try:
             raw = self._tokenizer.detokenize([token])
         except Exception:  # an id with no text (padding rows): never allowed by a grammar

@@ -20,7 +20,8 @@ from hypercorn.config import Config
 from hypercorn.trio import serve
 
 import waste
-from waste.app.factory import create_app, engine_opener
+from waste.app.factory import create_app, engine_opener, resolve_remote_model
+from waste.domain.ports import EngineError
 from waste.app.settings import Settings, UsageError, load_settings
 from waste.service import GenerationService
 
@@ -93,6 +94,9 @@ def _print_plan(settings: Settings) -> int:
           + (" (reads on the computing thread)" if not settings.io_threads
              else f" (up to {settings.io_threads} record reads in flight)"))
     print(f"{'lookahead':>20}: {'on (next MoE layer guessed while decoding)' if settings.lookahead else 'off'}")
+    print(f"{'activations':>20}: {settings.activations}"
+          + (" (int8 per 32 for int8/int4/mxfp4 weights: integer dot products)" if settings.activations == "q8"
+             else " (exact f32: the reference)"))
     return 0
 
 
@@ -124,6 +128,11 @@ def _hypercorn_config(sock: socket.socket, settings: Settings) -> Config:
 
 
 async def _serve(settings: Settings) -> int:
+    try:
+        settings = await resolve_remote_model(settings)
+    except EngineError as exc:
+        print(f"waste: {exc.detail}", file=sys.stderr)
+        return 1
     try:
         opener = engine_opener(settings)
     except Exception as exc:

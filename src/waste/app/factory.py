@@ -7,11 +7,14 @@ background, while /health answers 503 "loading".
 
 from __future__ import annotations
 
+import functools
+
 import contextlib
 import logging
 import os
 from typing import Any, AsyncIterator
 
+import attrs
 import trio
 from quart_trio import QuartTrio
 
@@ -21,7 +24,7 @@ from waste.adapters.http.routes import register
 from waste.adapters.http.state import ServerState
 from waste.adapters.images import decode_images
 from waste.app import hypercorn_fix
-from waste.app.settings import Settings, load_settings
+from waste.app.settings import Settings, concurrency, load_settings
 from waste.domain.ports import Engine, Tokenizer
 from waste.service import EngineOpener, GenerationService
 
@@ -30,7 +33,14 @@ hypercorn_fix.apply()
 
 
 def engine_opener(settings: Settings) -> EngineOpener:
-    """The opener ``settings`` asks for: the scripted fake, or libwaste on a container."""
+    """The opener ``settings`` asks for: the scripted fake, vLLM, or libwaste on a container."""
+    if settings.vllm is not None:
+        from waste.adapters.vllm import VllmOptions, open_vllm_engine
+
+        options = VllmOptions(url=settings.vllm, api_key=settings.vllm_api_key,
+                              model=settings.vllm_model, chat_format=settings.chat_format,
+                              ctx_tokens=settings.ctx)
+        return lambda: open_vllm_engine(options)
     if settings.fake_engine is not None:
         script = load_script(settings.fake_engine)  # a bad script fails at startup
         return lambda: open_fake_engine(script, ctx_tokens=settings.ctx, vision=settings.vision,
@@ -50,16 +60,37 @@ def engine_opener(settings: Settings) -> EngineOpener:
     return open_native
 
 
+async def resolve_remote_model(settings: Settings) -> Settings:
+    """``settings`` with ``vllm_model`` set: the only model vLLM serves when none was named
+    (the served id must be known before the app is built). Raises EngineError (unreachable,
+    none or several models: the message says which)."""
+    if settings.vllm is None or settings.vllm_model is not None:
+        return settings
+    from waste.adapters.vllm import VllmOptions, discover_model
+
+    options = VllmOptions(url=settings.vllm, api_key=settings.vllm_api_key)
+    model = await trio.to_thread.run_sync(discover_model, options)
+    return attrs.evolve(settings, vllm_model=model)
+
+
 @contextlib.asynccontextmanager
 async def _already_open(engine: Any) -> AsyncIterator[tuple[Engine, Tokenizer]]:
     # An engine the caller opened (and will close); it is its own tokenizer.
     yield engine, engine
 
 
-def _llguidance(tokenizer: Tokenizer, info: Any, eos_id: int) -> Any:
+# The fake engine's plain vocabulary is every Unicode code point (1.1M ids): reading all of
+# them for llguidance takes ~25 s per server. Under a grammar it offers only the first 2,048
+# (ASCII through Cyrillic and Arabic), which builds in under a second (docs/DECISIONS.md).
+FAKE_GRAMMAR_PLAIN_LIMIT = 0x800
+
+
+def _llguidance(tokenizer: Tokenizer, info: Any, eos_id: int, *,
+                plain_limit: int | None = None) -> Any:
     from waste.adapters.grammar import LlguidanceCompiler
 
-    return LlguidanceCompiler(tokenizer, info.vocab, info.n_base_vocab, eos_id)
+    return LlguidanceCompiler(tokenizer, info.vocab, info.n_base_vocab, eos_id,
+                              plain_limit=plain_limit)
 
 
 def create_app(engine: Any, settings: Settings) -> QuartTrio:
@@ -82,11 +113,20 @@ def create_app(engine: Any, settings: Settings) -> QuartTrio:
         max_tokens=settings.max_tokens, thinking_default=settings.thinking,
         allow_local_images=settings.allow_local_images, vision=settings.vision,
         cors_origins=settings.cors_origins, fake_engine=settings.fake_engine is not None,
-        keepalive_s=settings.keepalive_s, body_timeout_s=settings.body_timeout_s)
+        keepalive_s=settings.keepalive_s, body_timeout_s=settings.body_timeout_s,
+        chat_json_first=settings.chat_format is not None)
+    running = concurrency(settings)
     service = GenerationService(opener=opener, max_queue=settings.max_queue,
+                                max_concurrency=running,
+                                # a remote tokenizer answers over HTTP, several at once
+                                tokenizer_limiter=trio.CapacityLimiter(running),
                                 shutdown_grace_s=settings.shutdown_grace_s)
+    # Our answer grammar is a token mask inside the engine: vLLM cannot apply it, so a
+    # response_format is refused (400) there rather than failing at generation.
     state = ServerState(config=config, service=service, decode_images=decode_images,
-                        grammar_factory=_llguidance)
+                        grammar_factory=None if settings.vllm else
+                        _llguidance if settings.fake_engine is None else
+                        functools.partial(_llguidance, plain_limit=FAKE_GRAMMAR_PLAIN_LIMIT))
     service.on_open = state.resolve_chat_format
     app = QuartTrio("waste")
     app.config["RESPONSE_TIMEOUT"] = None  # long generations must not be cut at 60 s

@@ -30,6 +30,7 @@ class Settings:
     threads: int = 0
     io_threads: int = 0
     lookahead: bool = False
+    activations: str = "q8"  # the server's default; libwaste's own is f32 (docs/ENGINE.md §4.3)
     cpus: str | None = None
     cache: str = "layer"
     direct_io: bool = True
@@ -45,6 +46,14 @@ class Settings:
     cors_origins: tuple[str, ...] = ()
     log_level: str = "info"
     fake_engine: str | None = None
+    # A remote engine (README "Scaling out"): vLLM's URL, its own API key (not --api-key,
+    # which guards this server), the model id it serves, a chat.json for a vocabulary
+    # without the XTML markers, and how many generations run at once.
+    vllm: str | None = None
+    vllm_api_key: str | None = None
+    vllm_model: str | None = None
+    chat_format: str | None = None
+    max_concurrency: int | None = None  # None: 1 (libwaste, fake), DEFAULT_REMOTE_CONCURRENCY (vLLM)
     plan: bool = False
     version: bool = False
     # Fixed by docs/HTTP.md rather than flags; settings so tests can serve with short ones.
@@ -56,10 +65,22 @@ class Settings:
     def served_model_id(self) -> str:
         if self.model_id:
             return self.model_id
+        if self.vllm:
+            return self.vllm_model or "vllm"
         if self.model:
             name = os.path.basename(os.path.normpath(self.model))
             return name[: -len(".waste")] if name.endswith(".waste") else name
         return "fake"
+
+
+DEFAULT_REMOTE_CONCURRENCY = 16
+
+
+def concurrency(settings: Settings) -> int:
+    """Running generations at once: --max-concurrency for a remote engine, else 1."""
+    if settings.vllm:
+        return settings.max_concurrency or DEFAULT_REMOTE_CONCURRENCY
+    return 1
 
 
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off", ""}
@@ -110,12 +131,18 @@ _VALUED = {
     "ctx": ("ctx", lambda t, w: _parse_int(t, w)),
     "threads": ("threads", lambda t, w: _parse_int(t, w)),
     "io-threads": ("io_threads", lambda t, w: _parse_int(t, w, 0, 64)),
+    "activations": ("activations", lambda t, w: _choice(t, w, ("f32", "q8"))),
     "cpus": ("cpus", _check_cpus),
     "cache": ("cache", lambda t, w: _choice(t, w, ("layer", "lfru", "lru"))),
     "usage": ("usage", lambda t, w: t),
     "max-tokens": ("max_tokens", lambda t, w: _parse_int(t, w, 1)),
     "max-queue": ("max_queue", lambda t, w: _parse_int(t, w, 0)),
     "log-level": ("log_level", lambda t, w: _choice(t.lower(), w, ("debug", "info", "warning", "error"))),
+    "vllm": ("vllm", lambda t, w: _check_url(t, w)),
+    "vllm-api-key": ("vllm_api_key", lambda t, w: t or None),
+    "vllm-model": ("vllm_model", lambda t, w: t or None),
+    "chat-format": ("chat_format", lambda t, w: t or None),
+    "max-concurrency": ("max_concurrency", lambda t, w: _parse_int(t, w, 1, 4096)),
 }
 # flag -> (field, value when the flag is given)
 _SWITCHES = {
@@ -125,6 +152,12 @@ _SWITCHES = {
     "plan": ("plan", True), "version": ("version", True), "lookahead": ("lookahead", True),
 }
 _NOT_FROM_ASGI_ENV = {"host", "port", "plan", "version"}
+
+
+def _check_url(text: str, where: str) -> str:
+    if not re.fullmatch(r"https?://[^\s/]+(/\S*)?", text):
+        raise UsageError(f"{where}: {text!r} is not an http(s) URL such as http://127.0.0.1:8001")
+    return text.rstrip("/")
 
 
 def _choice(text: str, where: str, choices: tuple[str, ...]) -> str:
@@ -175,10 +208,39 @@ def load_settings(argv: Sequence[str] | None, env: Mapping[str, str], *,
     fake = args.get("fake_engine") or env.get("WASTE_FAKE_ENGINE") or None
     values["fake_engine"] = fake
     values["model"] = args.get("model") or env.get("WASTE_MODEL") or None
-    if values["model"] is None and fake is None and not values.get("version"):
-        raise UsageError("MODEL is required (a container directory), or pass --fake-engine")
+    _check_engine_choice(values, fake, asgi)
+    if values["model"] is None and fake is None and not values.get("vllm") \
+            and not values.get("version"):
+        raise UsageError("MODEL is required (a container directory), or pass --fake-engine "
+                         "or --vllm URL")
     _check_threads_fit(values.get("threads", 0), values.get("cpus"))
     return Settings(**values)
+
+
+# What only libwaste does: meaningless in front of vLLM, so refused there by name.
+_NATIVE_ONLY = (("budget", "budget"), ("prefix-cache", "prefix_cache"), ("threads", "threads"),
+                ("io-threads", "io_threads"), ("cpus", "cpus"), ("cache", "cache"),
+                ("usage", "usage"), ("lookahead", "lookahead"), ("no-direct-io", "direct_io"),
+                ("verify", "verify"), ("exclusive-open", "exclusive_open"), ("vision", "vision"))
+
+
+def _check_engine_choice(values: dict, fake: str | None, asgi: bool) -> None:
+    """One engine; the remote-only flags only with --vllm (a flag that does nothing is an error)."""
+    if values.get("vllm"):
+        if values["model"] is not None or fake is not None:
+            raise UsageError("--vllm serves a remote engine: give no MODEL and no --fake-engine")
+        native = [flag for flag, field in _NATIVE_ONLY if field in values]
+        if native:
+            raise UsageError(f"--{native[0]} applies to libwaste, not to --vllm (vLLM sizes, "
+                             "places and caches the model itself, with its own flags)")
+        if asgi and not values.get("vllm_model"):
+            raise UsageError("WASTE_VLLM needs WASTE_VLLM_MODEL under an ASGI server (the "
+                             "model id cannot be asked of vLLM before serving)")
+        return
+    for flag in ("vllm-api-key", "vllm-model", "chat-format", "max-concurrency"):
+        if values.get(flag.replace("-", "_")) is not None:
+            raise UsageError(f"--{flag} needs --vllm (libwaste runs one generation at a time "
+                             "and reads its chat format from the container)")
 
 
 def _check_threads_fit(threads: int, cpus: str | None) -> None:

@@ -13,6 +13,7 @@ import attrs
 
 from waste.domain.errors import DomainError
 from waste.domain.reply.events import ReplyReader
+from waste.domain.reply.tool_grammar import ToolGrammar
 from waste.domain.requests.parse import ChatRequest
 from waste.domain.segments import Segment
 
@@ -41,6 +42,9 @@ class ChatPlan:
     #: markup that closes the answer and the message (a response_format grammar ends with
     #: it, forced); empty: the first stop id does
     answer_end: str = ""
+    #: with tools declared (tool_choice not none): the grammar of the whole reply, which
+    #: replaces the answer-only one (docs/DECISIONS.md, tool-call constraints)
+    reply_grammar: ToolGrammar | None = None
 
 
 class ChatFormat(Protocol):

@@ -16,7 +16,7 @@ from waste.domain.xtml.markers import STRUCTURE, XtmlMarkerIds
 
 def select_chat_format(vocab: Vocabulary, chat_json_text: str | None, *,
                        image_placeholder_id: int | None = None,
-                       vision: bool = False) -> ChatFormat:
+                       vision: bool = False, chat_json_first: bool = False) -> ChatFormat:
     """XTML when all four of its markers are single special tokens, else the chat.json.
 
     Only ``vocab.tokenize_markup`` may raise (an engine error: no tokenizer, say).
@@ -27,7 +27,15 @@ def select_chat_format(vocab: Vocabulary, chat_json_text: str | None, *,
         image_placeholder_id: the token the engine expands into an image's positions
             (``ModelInfo.media_placeholder_id``), for the chat.json ``image`` check.
         vision: the model has a vision tower (XTML then accepts images).
+        chat_json_first: the chat.json was chosen explicitly (``--chat-format``): it is
+            used even when the XTML markers exist, and a refusal raises instead of being
+            held.
+
+    Raises:
+        ChatFormatError: ``chat_json_first`` and the chat.json does not fit the vocabulary.
     """
+    if chat_json_first and chat_json_text is not None:
+        return load_chat_format(chat_json_text, vocab, image_placeholder_id=image_placeholder_id)
     xtml_ids = [single_special(vocab, marker) for marker in STRUCTURE]
     found = [i for i in xtml_ids if i is not None]
     if len(found) == len(STRUCTURE):

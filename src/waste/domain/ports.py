@@ -90,6 +90,12 @@ class BufferTooSmall(EngineError):
     code = "E_SPACE"
 
 
+class EngineUnavailable(EngineError):
+    """A remote engine cannot be reached, timed out, broke a stream or answered an error."""
+
+    code = "E_UPSTREAM"
+
+
 class ContextFull(EngineError):
     """The prompt does not fit the context; nothing was evaluated.
 
@@ -213,6 +219,13 @@ class GrammarCompiler(Protocol):
         compiler cannot enforce (``param`` extended by that path)."""
         ...
 
+    def lark(self, grammar: str, schemas: Sequence[tuple[Any, str]]) -> Callable[[], TokenMatcher]:
+        """A factory of matchers for a whole-reply grammar in llguidance's Lark dialect
+        (``waste.domain.reply.tool_grammar``; it ends with its own end marker). Blocking.
+        Raises InvalidRequest naming the path (each schema's ``param`` extended) of a feature
+        the compiler cannot enforce in ``schemas``, the JSON schemas the grammar embeds."""
+        ...
+
 
 @attrs.frozen(kw_only=True)
 class GenerationResult:
@@ -233,6 +246,11 @@ class GenerationResult:
     decode_ms: float
     direct_io: bool
     cached_tokens: int = 0
+    # Router lookahead during this call (docs/ENGINE.md §5): guesses issued, guesses the
+    # router confirmed, bytes of guesses found unused.
+    guesses: int = 0
+    guess_hits: int = 0
+    wasted_bytes: int = 0
 
 
 @attrs.frozen(kw_only=True)
@@ -257,6 +275,7 @@ class EngineStats:
     wasted_bytes: int = 0
     io_queue_depth_max: int = 0
     disk_busy_s: float = 0.0
+    activations: str = "f32"  # the matvec activations (docs/ENGINE.md §4.3): "f32" or "q8"
     prefix_cache: PrefixCacheStats = attrs.field(factory=PrefixCacheStats)
 
 
@@ -406,6 +425,23 @@ class Engine(Protocol):
         Quick, any thread, also during ``generate``. Raises EngineError only when the engine
         cannot read its own counters.
         """
+        ...
+
+
+class ConcurrentEngine(Engine, Protocol):
+    """An engine that runs several ``generate`` calls at once (a remote batching server):
+    the service admits up to ``--max-concurrency`` of them, each in its own worker thread.
+
+    ``generate`` takes a ``key`` (any object, one per call) and ``abort(key)`` stops only the
+    call started with it; ``abort()`` without a key stops every running call.
+    """
+
+    def generate(self, prompt: Prompt, params: SamplingParams, on_token: TokenCallback, *,
+                 is_cancelled: Callable[[], bool] | None = None,
+                 mask: MaskFiller | None = None, key: object = None) -> GenerationResult:
+        ...
+
+    def abort(self, key: object = None) -> None:
         ...
 
 

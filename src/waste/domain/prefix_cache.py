@@ -4,16 +4,18 @@ which to evict (docs/ENGINE.md §2 "Prefix cache").
 A key is the exact sequence a state covers: one item per evaluated position, the token id,
 or for a position an image expanded to, ``("image", digest)``, so that two prompts with the
 same placeholder ids but different pictures never share a state. The stored value is opaque
-here (the native adapter keeps a snapshot buffer, the fake engine nothing but the length);
-its ``size`` in bytes is what the capacity counts. Eviction is least recently used, by
-bytes. Adapters hold one per engine and call it from the engine's worker thread only.
+here (the native adapter keeps a snapshot segment, the fake engine nothing but the length);
+its ``size`` in bytes is what the capacity counts. An entry may extend a parent entry and
+hold only the positions after it (the native adapter's segments share MLA latents this
+way), each byte counted once. Eviction is least recently used by bytes, leaf first.
+Adapters hold one per engine and call it from the engine's worker thread only.
 """
 
 from __future__ import annotations
 
 import collections
 import hashlib
-from typing import Generic, Hashable, Sequence, TypeVar
+from typing import Generic, Hashable, Iterator, Sequence, TypeVar
 
 import attrs
 
@@ -46,11 +48,37 @@ def prompt_key(ids: Sequence[int], placeholder: int | None, digests: Sequence[st
     return tuple(out)
 
 
-@attrs.define(eq=False)
+@attrs.define(eq=False, kw_only=True)
 class Entry(Generic[V]):
-    key: Key
+    """One stored state: the ``length`` positions of its key, of which it holds ``tail``
+    (the positions after its parent's) and ``size`` bytes; its ``parent`` holds the rest.
+
+    An entry without a parent holds its whole key. ``children`` counts live entries whose
+    parent it is: such an entry is not evicted (they would lose their prefix)."""
+
+    tail: Key
     value: V
     size: int
+    parent: "Entry[V] | None" = None
+    children: int = 0
+    length: int = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.length = len(self.tail) + (self.parent.length if self.parent is not None else 0)
+
+    @property
+    def key(self) -> Key:
+        """The whole key (built from the chain: for callers and tests, not for lookups)."""
+        return tuple(item for link in self.chain() for item in link.tail)
+
+    def chain(self) -> "list[Entry[V]]":
+        """The entries whose values restore this one's state, root first."""
+        out: list[Entry[V]] = []
+        entry: Entry[V] | None = self
+        while entry is not None:
+            out.append(entry)
+            entry = entry.parent
+        return out[::-1]
 
 
 @attrs.frozen(kw_only=True)
@@ -69,11 +97,15 @@ class PrefixCacheStats:
 class PrefixCache(Generic[V]):
     """Entries keyed by exact sequences, at most ``capacity`` bytes in all, LRU by bytes.
 
-    ``capacity`` 0 is a cache that is off: it stores nothing and finds nothing.
+    An entry may extend a ``parent`` entry (its key starts with the parent's): it then holds
+    only what the parent does not, and each byte is counted once, by the entry holding it.
+    Eviction takes the least recently used entry that no other entry extends (leaf first);
+    using an entry uses its parents too. ``capacity`` 0 is a cache that is off: it stores
+    nothing and finds nothing.
     """
 
     capacity: int
-    _entries: "collections.OrderedDict[Key, Entry[V]]" = attrs.field(
+    _lru: "collections.OrderedDict[Entry[V], None]" = attrs.field(
         factory=collections.OrderedDict)
     _bytes: int = 0
     hits: int = 0
@@ -84,25 +116,74 @@ class PrefixCache(Generic[V]):
     def enabled(self) -> bool:
         return self.capacity > 0
 
+    @property
+    def bytes(self) -> int:
+        return self._bytes
+
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._lru)
 
     def __contains__(self, key: Key) -> bool:
-        return tuple(key) in self._entries
+        return self.find(tuple(key)) is not None
+
+    def __iter__(self) -> "Iterator[Entry[V]]":
+        """The live entries, least recently used first."""
+        return iter(list(self._lru))
+
+    def holds(self, entry: Entry[V]) -> bool:
+        """Whether ``entry`` is still stored (not evicted)."""
+        return entry in self._lru
+
+    def find(self, key: Key) -> Entry[V] | None:
+        """The entry stored under exactly ``key`` (not marked as used), or None."""
+        matches: dict[int, bool] = {}
+        for entry in self._lru:
+            if entry.length == len(key) and self._matches(entry, key, matches):
+                return entry
+        return None
+
+    @staticmethod
+    def _matches(entry: Entry[V], key: Key, memo: dict[int, bool]) -> bool:
+        """Whether ``key`` starts with ``entry``'s key: its tail, then its parents', each
+        entry compared once per lookup (``memo``), so that a lookup is linear in the
+        positions stored, not in entries times key length."""
+        pending: list[Entry[V]] = []
+        link: Entry[V] | None = entry
+        ok = True
+        while link is not None:
+            known = memo.get(id(link))
+            if known is not None:
+                ok = known
+                break
+            pending.append(link)
+            link = link.parent
+        for link in reversed(pending):  # root side first: a mismatch there settles the rest
+            if ok:
+                start = link.length - len(link.tail)
+                ok = key[start:link.length] == link.tail
+            memo[id(link)] = ok
+        return ok
 
     def longest_prefix(self, key: Key, *, below: int | None = None) -> Entry[V] | None:
         """The stored entry covering the longest prefix of ``key`` (at most ``below`` items
         when given: an engine must evaluate at least one token after a restore), marked as
-        used; None when nothing matches."""
+        used with its parents; None when nothing matches."""
         limit = len(key) if below is None else min(below, len(key))
         best: Entry[V] | None = None
-        for entry in self._entries.values():
-            n = len(entry.key)
-            if n <= limit and (best is None or n > len(best.key)) and key[:n] == entry.key:
+        memo: dict[int, bool] = {}
+        for entry in self._lru:
+            n = entry.length
+            if n <= limit and (best is None or n > best.length) and self._matches(entry, key, memo):
                 best = entry
         if best is not None:
-            self._entries.move_to_end(best.key)
+            self._touch(best)
         return best
+
+    def _touch(self, entry: Entry[V]) -> None:
+        """Mark ``entry`` and its parents as the most recently used, the root last: of one
+        chain the leaf is evicted first, then its parent, once that is a leaf."""
+        for link in entry.chain()[::-1]:
+            self._lru.move_to_end(link)
 
     def count_reuse(self, tokens: int) -> None:
         """A generation restored ``tokens`` positions from the cache."""
@@ -110,37 +191,58 @@ class PrefixCache(Generic[V]):
             self.hits += 1
             self.reused_tokens += tokens
 
-    def make_room(self, size: int) -> bool:
-        """Evict least recently used entries until ``size`` more bytes fit; False (and
-        nothing evicted) when ``size`` exceeds the whole capacity."""
-        if size > self.capacity:
+    def make_room(self, size: int, *, keep: Entry[V] | None = None) -> bool:
+        """Evict least recently used leaf entries until ``size`` more bytes fit, never
+        ``keep`` or its parents; False (and nothing evicted) when ``size`` cannot fit even
+        then."""
+        kept = sum(e.size for e in keep.chain()) if keep is not None and self.holds(keep) else 0
+        if size > self.capacity - kept:
             return False
-        while self._bytes + size > self.capacity and self._entries:
-            _, old = self._entries.popitem(last=False)
-            self._bytes -= old.size
+        protected = set(keep.chain()) if keep is not None else set()
+        while self._bytes + size > self.capacity:
+            victim = next(e for e in self._lru if e.children == 0 and e not in protected)
+            self._remove(victim)
             self.evictions += 1
         return True
 
-    def put(self, key: Key, value: V, size: int) -> bool:
-        """Store ``value`` under ``key`` (replacing an entry with the same key), evicting as
-        needed; False when it cannot fit at all. Call ``make_room(size)`` before building a
-        large value, so the old entries are gone before the new one is allocated."""
+    def _remove(self, entry: Entry[V]) -> None:
+        del self._lru[entry]
+        self._bytes -= entry.size
+        if entry.parent is not None:
+            entry.parent.children -= 1
+
+    def put(self, key: Key, value: V, size: int, *,
+            parent: Entry[V] | None = None) -> Entry[V] | None:
+        """Store ``value`` under ``key``, evicting as needed; ``parent`` (a stored entry
+        whose key starts ``key``) holds the first ``parent.length`` positions, so ``value``
+        holds only the rest. None when ``key`` is already stored or cannot fit at all. Call
+        ``make_room(size, keep=parent)`` before building a large value, so the old entries
+        are gone before the new one is allocated.
+
+        Raises:
+            ValueError: ``parent`` is not stored, or ``key`` does not start with its key.
+        """
         key = tuple(key)
-        old = self._entries.pop(key, None)
-        if old is not None:
-            self._bytes -= old.size
-        if not self.make_room(size):
-            return False
-        self._entries[key] = Entry(key, value, size)
+        if parent is not None and (not self.holds(parent) or len(key) < parent.length
+                                   or not self._matches(parent, key, {})):
+            raise ValueError("the parent entry is not stored or is not a prefix of the key")
+        if self.find(key) is not None or not self.make_room(size, keep=parent):
+            return None
+        start = parent.length if parent is not None else 0
+        entry = Entry(tail=key[start:], value=value, size=size, parent=parent)
+        if parent is not None:
+            parent.children += 1
+        self._lru[entry] = None
         self._bytes += size
-        return True
+        self._touch(entry)
+        return entry
 
     def clear(self) -> None:
-        self._entries.clear()
+        self._lru.clear()
         self._bytes = 0
 
     def stats(self) -> PrefixCacheStats:
-        return PrefixCacheStats(capacity_bytes=self.capacity, entries=len(self._entries),
+        return PrefixCacheStats(capacity_bytes=self.capacity, entries=len(self._lru),
                                 bytes=self._bytes, hits=self.hits,
                                 reused_tokens=self.reused_tokens, evictions=self.evictions)
 

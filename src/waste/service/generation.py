@@ -19,16 +19,17 @@ import contextlib
 import logging
 import math
 import time
-from typing import Any, AsyncContextManager, Awaitable, Callable
+from typing import Any, AsyncContextManager, Awaitable, Callable, cast
 
 import attrs
 import trio
 
 from waste.domain.errors import ContextLengthExceeded
-from waste.domain.ports import (Cancelled, ContextFull, Engine, GenerationResult, Prompt,
-                                PromptImage, SamplingParams, TokenEvent, Tokenizer)
+from waste.domain.ports import (Cancelled, ConcurrentEngine, ContextFull, Engine,
+                                GenerationResult, Prompt, PromptImage, SamplingParams,
+                                TokenEvent, Tokenizer)
 from waste.domain.reply.assembler import Output, ReplyAssembler
-from waste.domain.reply.constraint import AnswerConstraint
+from waste.domain.reply.constraint import AnswerConstraint, ReplyConstraint
 
 log = logging.getLogger("waste.engine")
 SHUTDOWN_GRACE_S = 10.0
@@ -98,8 +99,9 @@ class Job:
     enqueued_at: float = attrs.field(factory=time.perf_counter)
     first_token_at: float | None = None  # perf_counter when the engine delivered token 0
     send: trio.MemorySendChannel | None = None
-    # A response_format grammar on the answer: the engine's mask, told every sampled token.
-    constraint: AnswerConstraint | None = None
+    # A response_format grammar on the answer, or a tool-call grammar on the whole reply:
+    # the engine's mask, told every sampled token.
+    constraint: AnswerConstraint | ReplyConstraint | None = None
     order: int = 0  # admission order, set by ``admit``: FIFO within a class
 
     @property
@@ -129,10 +131,14 @@ class GenerationService:
 
     ``running`` is the job that owns the engine (or is about to: it is assigned the moment
     an idle engine admits it); ``queue_depth`` counts only the jobs waiting behind it.
+    With ``max_concurrency`` N > 1 (a ``ConcurrentEngine``: a remote batching server), up to
+    N jobs run at once, each in its own worker thread and abortable on its own; ``active``
+    lists them and ``running`` is the oldest.
     """
 
     opener: EngineOpener
     max_queue: int = 64
+    max_concurrency: int = 1
     shutdown_grace_s: float = SHUTDOWN_GRACE_S
     # Runs after the engine opened and before it is declared loaded (the chat format).
     on_open: Callable[[], Awaitable[None]] | None = None
@@ -140,7 +146,7 @@ class GenerationService:
     tokenizer: Tokenizer | None = None
     load_error: BaseException | None = None
     opened_at: float | None = None
-    running: Job | None = None
+    active: list[Job] = attrs.field(factory=list)
     requests_cancelled: int = 0
     shutting_down: bool = False
     ready: trio.Event = attrs.field(factory=trio.Event)  # the load ended, either way
@@ -155,6 +161,16 @@ class GenerationService:
     _shutdown_requested: trio.Event = attrs.field(factory=trio.Event)
     _stopped: trio.Event = attrs.field(factory=trio.Event)
     _close_requested: trio.Event = attrs.field(factory=trio.Event)
+
+    def __attrs_post_init__(self) -> None:
+        if self.max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be at least 1, got {self.max_concurrency}")
+        self.engine_limiter.total_tokens = self.max_concurrency
+
+    @property
+    def running(self) -> Job | None:
+        """The oldest running job (None when the engine is idle)."""
+        return self.active[0] if self.active else None
 
     @property
     def loaded(self) -> bool:
@@ -232,21 +248,30 @@ class GenerationService:
         return await trio.to_thread.run_sync(fn, *args, limiter=self.engine_limiter)
 
     async def _serve_jobs(self) -> None:
-        while True:
-            job = self.running
-            if job is None:
-                if self.shutting_down:
+        dispatched: set[int] = set()  # ids of the active jobs whose task has started
+        async with trio.open_nursery() as nursery:
+            while True:
+                for job in self.active:
+                    if id(job) not in dispatched:
+                        dispatched.add(id(job))
+                        nursery.start_soon(self._serve_job, job, dispatched)
+                if not self.active and self.shutting_down:
                     return
                 await self._changed.park()
-                continue
-            if not job.cancelled:  # a client that left before its turn: the engine never sees it
-                job.started = True
-                self._notify()
-                token = trio.lowlevel.current_trio_token()
-                await trio.to_thread.run_sync(self._run_job, job, token,
-                                              limiter=self.engine_limiter)
-            self.running = self._next_job()
+
+    async def _serve_job(self, job: Job, dispatched: set[int]) -> None:
+        if not job.cancelled:  # a client that left before its turn: the engine never sees it
+            job.started = True
             self._notify()
+            token = trio.lowlevel.current_trio_token()
+            await trio.to_thread.run_sync(self._run_job, job, token,
+                                          limiter=self.engine_limiter)
+        self.active.remove(job)
+        dispatched.discard(id(job))
+        following = self._next_job()
+        if following is not None:
+            self.active.append(following)
+        self._notify()
 
     # -- admission -----------------------------------------------------------------------
     def admit(self, job: Job) -> trio.MemoryReceiveChannel:
@@ -262,14 +287,15 @@ class GenerationService:
             raise ShuttingDown()
         if not self.loaded:
             raise EngineLoading()
-        if self.running is not None and len(self._waiting) >= self.max_queue:
+        full = len(self.active) >= self.max_concurrency
+        if full and len(self._waiting) >= self.max_queue:
             raise QueueFull()
         send, receive = trio.open_memory_channel(math.inf)
         job.send = send
         self._admitted += 1
         job.order = self._admitted
-        if self.running is None:
-            self.running = job
+        if not full:
+            self.active.append(job)
         else:
             self._waiting.append(job)
         self._notify()
@@ -289,8 +315,8 @@ class GenerationService:
         job.cancelled = True
         if job in self._waiting:
             self._waiting.remove(job)
-        elif self.running is job and job.started and not job.completed:
-            self._engine().abort()
+        elif job in self.active and job.started and not job.completed:
+            self._abort(job)
         self._notify()
 
     # -- shutdown ------------------------------------------------------------------------
@@ -313,12 +339,13 @@ class GenerationService:
     async def _enforce_grace(self) -> None:
         await self._shutdown_requested.wait()
         with trio.move_on_after(self.shutdown_grace_s):
-            await self.wait_until(lambda host: host.running is None)
-        if self.running is not None:
-            log.warning("shutdown: the running generation is aborted after %.0f s",
+            await self.wait_until(lambda host: not host.active)
+        if self.active:
+            log.warning("shutdown: the running generation(s) are aborted after %.0f s",
                         self.shutdown_grace_s)
             self.aborting = True  # the callback returns stop, and abort covers prefill
-            self._engine().abort()
+            for job in list(self.active):
+                self._abort(job)
             self._notify()
 
     async def aclose(self) -> None:
@@ -331,6 +358,13 @@ class GenerationService:
         self._close_requested.set()
         await self.ready.wait()
         await self._stopped.wait()
+
+    def _abort(self, job: Job) -> None:
+        """Stop ``job``'s generation: the only one on a one-at-a-time engine, else by key."""
+        if self.max_concurrency == 1:
+            self._engine().abort()
+        else:
+            cast(ConcurrentEngine, self._engine()).abort(job)
 
     def _engine(self) -> Engine:
         if self.engine is None:
@@ -360,7 +394,9 @@ class GenerationService:
         try:
             # ``leave`` sets ``cancelled`` before it calls ``abort``: an abort that lands
             # before the engine's fresh start is seen through ``is_cancelled`` instead.
-            masked = {"mask": job.constraint} if job.constraint is not None else {}
+            masked: dict[str, Any] = {"mask": job.constraint} if job.constraint is not None else {}
+            if self.max_concurrency > 1:
+                masked["key"] = job  # a ConcurrentEngine: ``_abort`` stops this call alone
             result = engine.generate(Prompt(ids=tuple(job.prompt), images=job.images),
                                      job.params, on_token, is_cancelled=lambda: job.cancelled,
                                      **masked)

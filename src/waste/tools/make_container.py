@@ -18,6 +18,7 @@ from pathlib import Path
 import attrs
 import numpy as np
 
+from waste.domain.chatjson import glmtools
 from waste.tools.bpe_train import train_ranks
 from waste.tools.container import ContainerError, ContainerWriter, Shape, TensorSpec
 from waste.tools.hf_config import normalise_config
@@ -29,6 +30,7 @@ KIMI_LINEAR_SPECIALS = ("<|im_system|>", "<|im_user|>", "<|im_assistant|>", "<|i
                         "<|im_end|>")
 K2_TOOL_MARKERS = ("<|tool_calls_section_begin|>", "<|tool_calls_section_end|>",
                    "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>")
+GLM_TOOL_MARKERS = glmtools.TOOL_MARKERS
 EOS = "[EOS]"
 CHAT_FORMATS = ("xtml", "kimi-linear", "glm", "none")
 # The kimi-linear and glm chat.json files are the source tree's examples/ (the server's tests
@@ -120,9 +122,14 @@ def chat_specials(chat_format: str) -> tuple[tuple[str, ...], dict | None]:
                              "source tree's examples/ (run from a checkout, or use --chat-json xtml or none)") from None
     if chat_format == "kimi-linear":
         return KIMI_LINEAR_SPECIALS + K2_TOOL_MARKERS + (EOS,), chat
+    # No vision tower, and libwaste's only image placeholder is <|media_pad|>: an image block
+    # would make the chat.json unloadable, so the synthetic GLM container has none.
+    chat = {key: value for key, value in chat.items() if key != "image"}
     markers: list[str] = []
     for value in _strings(chat):
         markers += [m for m in _CHAT_MARKER.findall(value) if m not in markers]
+    if chat.get("tools") == "glm":  # GLM's tool markers appear in no chat.json string
+        markers += [m for m in GLM_TOOL_MARKERS if m not in markers]
     return tuple(markers) + (EOS,), chat
 
 

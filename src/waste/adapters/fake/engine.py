@@ -20,7 +20,7 @@ import attrs
 import trio
 
 from waste.domain.chatjson.load import marker_strings
-from waste.domain.prefix_cache import Key, PrefixCache, checkpoints, image_digest, prompt_key
+from waste.domain.prefix_cache import Entry, Key, PrefixCache, checkpoints, image_digest, prompt_key
 from waste.domain.ports import (MaskFiller, Cancelled, EngineBusy, EngineStats, GenerationResult,
                                 InvalidArgument, ModelInfo, Prompt, PromptImage,
                                 SamplingParams, TokenCallback, TokenEvent, Unsupported,
@@ -81,6 +81,8 @@ class FakeEngine:
             capacity = 0  # too small for one full-context entry: off, as libwaste's adapter
         self.prefix_cache: PrefixCache[int] = PrefixCache(capacity=capacity)
         self.prefix_interval = prefix_interval
+        # The entry last stored or restored: the next entry extends it, as libwaste's anchor.
+        self._anchor: Entry[int] | None = None
         if script.load_delay_s:
             time.sleep(script.load_delay_s)
 
@@ -212,7 +214,8 @@ class FakeEngine:
         started = time.perf_counter()
         cache = self.prefix_cache
         entry = cache.longest_prefix(key, below=len(prompt) - 1) if cache.enabled else None
-        cached = len(entry.key) if entry is not None else 0
+        cached = entry.length if entry is not None else 0
+        self._anchor = entry
         cache.count_reuse(cached)
         self.record.cached.append(cached)
         self.record.prefilled.append(len(prompt) - cached)
@@ -249,8 +252,18 @@ class FakeEngine:
             direct_io=True, cached_tokens=cached)
 
     def _store(self, key: Key) -> None:
-        if self.prefix_cache.enabled and key not in self.prefix_cache:
-            self.prefix_cache.put(key, len(key), self.entry_bytes(len(key)))
+        """Store ``key``'s state as the native adapter does: extending the anchor entry
+        (counting only its own positions), or whole when the anchor is gone or its chain
+        leaves no room."""
+        cache = self.prefix_cache
+        if not cache.enabled or key in cache:
+            return
+        parent = self._anchor if self._anchor is not None and cache.holds(self._anchor) else None
+        if parent is not None and not cache.make_room(
+                self.entry_bytes(len(key) - parent.length), keep=parent):
+            parent = None
+        start = parent.length if parent is not None else 0
+        self._anchor = cache.put(key, len(key), self.entry_bytes(len(key) - start), parent=parent)
 
     def _masked(self, mask: MaskFiller, n: int, token: int) -> int | None:
         """The scripted token if the mask allows it, else the lowest allowed id (a script has

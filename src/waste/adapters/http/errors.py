@@ -9,7 +9,7 @@ from typing import cast
 
 import attrs
 
-from waste.domain.ports import EngineError
+from waste.domain.ports import EngineError, EngineUnavailable
 from waste.domain.errors import (ChatFormatError, ContextLengthExceeded, InvalidRequest,
                                  KimiToolError, XTMLError)
 from waste.domain.chat_format import NoChatFormat
@@ -40,6 +40,7 @@ _TABLE: list[tuple[type, int, str, str | None, tuple[tuple[str, str], ...]]] = [
     (ChatFormatError, 400, INVALID, "unsupported_by_format", ()),
     (NoChatFormat, 400, INVALID, "unsupported_chat_format", ()),
     (ContextLengthExceeded, 400, INVALID, "context_length_exceeded", ()),
+    (EngineUnavailable, 502, "engine_error", "upstream_error", ()),
     (EngineError, 500, "engine_error", "engine_error", ()),
     (EngineLoadFailed, 500, "engine_error", "engine_error", ()),
     (EngineLoading, 503, UNAVAILABLE, "engine_loading", (("Retry-After", "5"),)),

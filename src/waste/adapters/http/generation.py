@@ -12,21 +12,21 @@ import contextlib
 import functools
 import secrets
 import time
-from typing import Any, AsyncIterator, Callable, TypeVar
+from typing import Any, AsyncIterator, Callable, Iterator, TypeVar
 
 import attrs
 import trio
 from quart import Response, request
 
 from waste.adapters.http.errors import envelope, to_api_error
-from waste.adapters.http.exchange import hold, outcome
+from waste.adapters.http.exchange import PeerEof, hold, outcome, peer_eof, probe_delays
 from waste.adapters.http.metrics import RequestTimes
 from waste.adapters.http.state import ServerState
 from waste.adapters.http.wire import (SSE_KEEPALIVE, ChatChunks, CompletionChunks,
                                       chat_response, completion_response, dumps, new_id,
                                       response_body, sse, usage, waste_object)
 from waste.domain.reply.assembler import ReplyAssembler
-from waste.domain.reply.constraint import AnswerConstraint
+from waste.domain.reply.constraint import AnswerConstraint, ReplyConstraint
 from waste.domain.reply.text import TextReader
 from waste.domain.ports import SamplingParams
 from waste.domain.errors import ContextLengthExceeded, InvalidRequest
@@ -119,8 +119,22 @@ async def _decode_images(state: ServerState, req, *, vision: bool) -> list:
         allow_local=state.config.allow_local_images), limiter=state.image_limiter)
 
 
-async def _answer_constraint(state: ServerState, req, plan, assembler) -> AnswerConstraint | None:
-    """The grammar a json_object / json_schema response_format puts on the answer."""
+async def _answer_constraint(state: ServerState, req, plan, assembler
+                             ) -> AnswerConstraint | ReplyConstraint | None:
+    """The grammar a json_object / json_schema response_format puts on the answer, or, with
+    tools declared, the plan's grammar of the whole reply (docs/DECISIONS.md)."""
+    if plan.reply_grammar is not None and state.grammar is None and req.tool_choice in (None, "auto"):
+        # An engine that cannot apply our token mask (vLLM): with tool_choice auto the reply
+        # is parsed as generated, unconstrained; a forced call is refused below, since it
+        # could not be guaranteed (docs/DECISIONS.md, issue 15).
+        plan = attrs.evolve(plan, reply_grammar=None)
+    if plan.reply_grammar is not None:
+        if state.grammar is None:
+            raise InvalidRequest("This server's engine cannot force a tool call (it applies no token "
+                                 "mask): use tool_choice auto or none.", "tool_choice", "unsupported_value")
+        grammar = plan.reply_grammar
+        factory = await state.call_tokenizer(state.grammar.lark, grammar.lark, grammar.schemas)
+        return ReplyConstraint(matcher=factory())
     kind = (req.response_format or {}).get("type")
     if kind not in ("json_object", "json_schema"):
         return None
@@ -215,6 +229,8 @@ def _account(state: ServerState, finished: list[tuple[Job, Finished]],
         experts_hit=sum(r.experts_hit for r in results),
         experts_missed=sum(r.experts_missed for r in results),
         bytes_read=sum(r.bytes_read for r in results),
+        guesses=sum(r.guesses for r in results), guess_hits=sum(r.guess_hits for r in results),
+        wasted_bytes=sum(r.wasted_bytes for r in results),
         prefill_ms=sum(r.prefill_ms for r in results),
         decode_ms=sum(r.decode_ms for r in results))
     reader = first_job.assembler.reader
@@ -269,6 +285,7 @@ def _stream(state: ServerState, admitted: list[tuple[Job, Any]], chunks,
     # event's status, or (never set) the client left first. Choices stream one after another,
     # each chunk carrying its choice's ``index``.
     record = outcome()
+    peer = peer_eof()
     timing: dict[str, Any] = {"queue_ms": 0.0, "arrived": record["arrived"], "finished": []}
     on_error = _record_error(record)
 
@@ -283,7 +300,7 @@ def _stream(state: ServerState, admitted: list[tuple[Job, Any]], chunks,
                 render = functools.partial(_render_event, state, job, chunks, timing,
                                            index == len(admitted) - 1)
                 writes = sse_writes(events, render, keepalive_s=state.config.keepalive_s,
-                                    first=chunks.first(), on_error=errored)
+                                    first=chunks.first(), on_error=errored, peer=peer)
                 async with contextlib.aclosing(writes):
                     async for text in writes:
                         yield text
@@ -312,27 +329,41 @@ def _record_error(record: dict) -> Callable[[BaseException], None]:
 async def sse_writes(events: trio.MemoryReceiveChannel,
                      render: Callable[[object], tuple[str, bool]], *, keepalive_s: float,
                      first: str = "",
-                     on_error: Callable[[BaseException], None] | None = None
-                     ) -> AsyncIterator[str]:
+                     on_error: Callable[[BaseException], None] | None = None,
+                     peer: PeerEof | None = None) -> AsyncIterator[str]:
     """What one stream writes: ``first``, then each batch of rendered events, until an event
     renders as done; a late error becomes one SSE event (docs/HTTP.md §4.3).
 
     A ``: keep-alive`` comment goes out whenever ``keepalive_s`` pass with nothing written,
     measured from the last write: events that write nothing (the job leaving the queue)
-    do not restart the interval.
+    do not restart the interval. Once ``peer`` saw the client's end-of-input, a comment goes
+    out whenever a probe delay (exchange.probe_delays) passes with nothing written: every
+    write tells whether a half-closed client still reads, and a client that left is found
+    by the write that fails, even while queued or prefilling.
     """
     try:
         if first:
             yield first
-        deadline = trio.current_time() + keepalive_s
+        probes: Iterator[float] | None = None
+        interval = keepalive_s
+        deadline = trio.current_time() + interval
         while True:
+            if probes is None and peer is not None and peer.seen:
+                probes = probe_delays()  # the client's end-of-input: probe it soon
+                interval = min(keepalive_s, next(probes))
+                deadline = min(deadline, trio.current_time() + interval)
             # Never yield inside a cancel scope: the consumer would run under it.
             event = None
-            with trio.move_on_at(deadline):
-                event = await events.receive()
+            with trio.move_on_at(deadline) as waiting:
+                with peer.waking(waiting) if peer is not None else contextlib.nullcontext():
+                    event = await events.receive()
             if event is None:
+                if probes is None and peer is not None and peer.seen:
+                    continue  # woken by the end-of-input, not by the deadline
                 yield SSE_KEEPALIVE
-                deadline = trio.current_time() + keepalive_s
+                if probes is not None:
+                    interval = min(keepalive_s, next(probes))
+                deadline = trio.current_time() + interval
                 continue
             text, done = render(event)
             while not done:  # batch whatever else is already queued
@@ -344,7 +375,7 @@ async def sse_writes(events: trio.MemoryReceiveChannel,
                 text += extra
             if text:
                 yield text
-                deadline = trio.current_time() + keepalive_s
+                deadline = trio.current_time() + interval
             if done:
                 return
     except Exception as exc:  # a late error is one SSE event, then the stream ends

@@ -232,7 +232,7 @@ async def _health(state: ServerState) -> Response:
         "uptime_s": round(time.monotonic() - state.started, 3),
         "chat_format": state.chat_format.name,
         "queue_depth": service.queue_depth, "queue": service.queue_depths(),
-        "generating": service.running is not None,
+        "generating": service.running is not None, "running": len(service.active),
         "fake_engine": state.config.fake_engine})
 
 
@@ -253,7 +253,7 @@ def model_object(state: ServerState, info: ModelInfo) -> dict[str, Any]:
             "chat_format": {"kind": fmt.name, **caps, "error": fmt.error},
             "defaults": {"max_tokens": state.config.max_tokens,
                          "thinking": state.config.thinking_default},
-            "fake_engine": state.config.fake_engine,
+            "fake_engine": state.config.fake_engine, "engine": info.build_info,
         },
     }
 

@@ -65,7 +65,8 @@ class ServerState:
                 chat_format = await self.call_tokenizer(
                     lambda: select_chat_format(tokenizer, template,
                                                image_placeholder_id=info.media_placeholder_id,
-                                               vision=info.vision))
+                                               vision=info.vision,
+                                               chat_json_first=self.config.chat_json_first))
             except Unsupported as exc:
                 self.no_tokenizer = f"the container has no tokenizer ({exc.detail})"
                 chat_format = NoFormat((

@@ -189,6 +189,7 @@ def new_cfg(options: NativeOptions, keep: list[Any]) -> Any:
     cfg.tokenizer_only = int(options.tokenizer_only)
     cfg.kernels = {"auto": lib.WASTE_KERNELS_AUTO, "generic": lib.WASTE_KERNELS_GENERIC,
                    "avx2": lib.WASTE_KERNELS_AVX2, "avx512": lib.WASTE_KERNELS_AVX512}[options.kernels]
+    cfg.activations = {"f32": lib.WASTE_ACT_F32, "q8": lib.WASTE_ACT_Q8}[options.activations]
     for name, text in (("cpu_list", options.cpu_list), ("usage_path", options.usage_path)):
         if text is not None:
             keep.append(ffi.new("char[]", text.encode("utf-8")))

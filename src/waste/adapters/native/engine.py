@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import mmap
 import os
 import time
 from pathlib import Path
@@ -23,7 +24,7 @@ import trio
 from waste.domain.ports import (BudgetExceeded, Cancelled, EngineError, EngineStats,
                                 GenerationResult, MaskFiller, Prompt, SamplingParams,
                                 TokenCallback, TokenEvent, fit_to_context)
-from waste.domain.prefix_cache import Key, PrefixCache, checkpoints
+from waste.domain.prefix_cache import Entry, Key, PrefixCache, checkpoints
 
 from waste.adapters.native.context import (MemoryPlan, NativeContext, fail, ffi, int32_array,
                                            lib, plan_memory)
@@ -106,8 +107,6 @@ def _waste_on_mask(index: int, allowed: Any, n_words: int, user: Any) -> int:
     return ffi.from_handle(user).run(index, allowed, n_words)
 
 
-# Snapshot buffers are written whole by waste_snapshot_save: no need to zero them first.
-_raw_alloc = ffi.new_allocator(should_clear_after_alloc=False)
 
 
 def _set_fields(struct: Any, **values: Any) -> None:
@@ -116,6 +115,33 @@ def _set_fields(struct: Any, **values: Any) -> None:
             setattr(struct, name, value)
         except (OverflowError, TypeError) as exc:
             fail(lib.WASTE_E_ARG, f"sampling parameter {name}={value!r} is out of range: {exc}")
+
+
+@attrs.frozen(eq=False)
+class _Segment:
+    """A prefix-cache entry's value: its snapshot segment in a private anonymous mapping
+    (``length`` bytes of it; the mapping rounds up to whole pages), and the bytes a whole
+    snapshot of the same state would take (to report what sharing saves).
+
+    A mapping rather than malloc: an evicted entry's pages go back to the system at once,
+    where malloc would keep freed buffers in its heap (the process would outgrow the budget
+    the cache counts; bench/bench_prefix.py measures it)."""
+
+    pages: mmap.mmap
+    length: int
+    whole_bytes: int
+
+    @classmethod
+    def allocate(cls, length: int, whole_bytes: int) -> "_Segment":
+        return cls(mmap.mmap(-1, max(length, 1), flags=mmap.MAP_PRIVATE), length, whole_bytes)
+
+    @staticmethod
+    def footprint(length: int) -> int:
+        """The bytes the cache counts for a segment: its pages."""
+        return -(-max(length, 1) // mmap.PAGESIZE) * mmap.PAGESIZE
+
+    def pointer(self) -> Any:
+        return ffi.from_buffer(self.pages)
 
 
 # The default prefix cache: this share of the budget, when the engine's floor leaves room.
@@ -146,7 +172,8 @@ def plan_prefix_cache(plan: MemoryPlan, options: NativeOptions) -> PrefixCachePl
         BudgetExceeded: an explicit size that leaves the engine below its floor.
     """
     ctx = options.ctx_tokens or _DEFAULT_CTX
-    entry = plan.state_bytes + 4 * ctx + 36  # docs/FORMAT.md §7: the blob at position ctx
+    # docs/FORMAT.md §7.1: a root segment at position ctx, in whole pages
+    entry = _Segment.footprint(plan.state_bytes + 4 * ctx + 52)
     budget, room = plan.budget_bytes, max(0, plan.budget_bytes - plan.floor_bytes)
     requested = options.prefix_cache
     if requested == 0:
@@ -188,7 +215,9 @@ class NativeEngine(NativeContext):
             if self.prefix_plan.bytes:
                 options = attrs.evolve(options,
                                        ram_budget_bytes=self.prefix_plan.engine_budget_bytes)
-        self.prefix_cache: PrefixCache[Any] = PrefixCache(capacity=self.prefix_plan.bytes)
+        self.prefix_cache: PrefixCache[_Segment] = PrefixCache(capacity=self.prefix_plan.bytes)
+        # The entry libwaste's segment anchor is (the last stored or restored), or None.
+        self._anchor: Entry[_Segment] | None = None
         super().__init__(path, options)
 
     @classmethod
@@ -227,6 +256,7 @@ class NativeEngine(NativeContext):
         """
         with self._call() as ctx:
             self._check(lib.waste_reset(ctx))
+        self._anchor = None
 
     def position(self) -> int:
         """Tokens evaluated since the last reset.
@@ -311,22 +341,30 @@ class NativeEngine(NativeContext):
             result, prompt_tokens=len(ids), cached_tokens=cached,
             prefill_ms=result.prefill_ms + prefill_ms,
             experts_hit=after.hits - before.hits, experts_missed=after.misses - before.misses,
-            bytes_read=after.bytes_read - before.bytes_read)
+            bytes_read=after.bytes_read - before.bytes_read,
+            guesses=after.guesses - before.guesses, guess_hits=after.guess_hits - before.guess_hits,
+            wasted_bytes=after.wasted_bytes - before.wasted_bytes)
 
     def restore_prefix(self, key: Key) -> int:
         """Restore the longest stored prefix of ``key`` that leaves at least one position
-        to evaluate (a snapshot carries no logits); the positions restored, 0 when none is
-        stored (the state is then untouched). Call it on a fresh state (after ``reset``).
+        to evaluate (a snapshot carries no logits): its chain of segments, root first. The
+        positions restored, 0 when none is stored (the state is then untouched). Call it on
+        a fresh state (after ``reset``).
 
         Raises:
-            EngineError: as ``waste_snapshot_load`` (E_STATE on a poisoned context).
+            EngineError: as ``waste_snapshot_chain_load`` (E_STATE on a poisoned context).
         """
         entry = self.prefix_cache.longest_prefix(tuple(key), below=len(key) - 1)
         if entry is None:
             return 0
+        chain = entry.chain()
+        pointers = [link.value.pointer() for link in chain]  # alive through the call
+        segments = ffi.new("void *[]", pointers)
+        lens = ffi.new("uint64_t[]", [link.value.length for link in chain])
         with self._call() as ctx:
-            self._check(lib.waste_snapshot_load(ctx, entry.value, entry.size))
-        return len(entry.key)
+            self._check(lib.waste_snapshot_chain_load(ctx, segments, lens, len(chain)))
+        self._anchor = entry
+        return entry.length
 
     def _read_stats_locked(self) -> Any:
         with self._pointer:
@@ -340,20 +378,46 @@ class NativeEngine(NativeContext):
     def store_prefix(self, key: Key) -> bool:
         """Store the current state in the prefix cache under ``key`` (the ids evaluated
         since the reset); False when the cache is off, already holds it, or it cannot fit.
-        Evicts before it allocates, so the cache never holds more than its bytes."""
+
+        The entry is a segment (docs/FORMAT.md §7.1) extending the entry last stored or
+        restored (libwaste's anchor): it holds only the MLA latents since, so entries of one
+        conversation share theirs. When that parent is gone, or the parent's chain leaves no
+        room, it is a root holding the whole state. Evicts before it allocates, so the cache
+        never holds more than its bytes.
+        """
         cache = self.prefix_cache
         if not cache.enabled or key in cache:
             return False
-        size = ffi.new("uint64_t *")
-        with self._call() as ctx:
-            self._check(lib.waste_snapshot_size(ctx, size))
-        n = int(size[0])
-        if not cache.make_room(n):
+        parent = self._anchor if self._anchor is not None and cache.holds(self._anchor) else None
+        n, base = self._segment_size(whole=parent is None)
+        if parent is not None and (base != parent.length
+                                   or not cache.make_room(_Segment.footprint(n), keep=parent)):
+            parent = None  # libwaste's anchor is not this entry, or its chain fills the cache
+            n, base = self._segment_size(whole=True)
+        if parent is None and not cache.make_room(_Segment.footprint(n)):
             return False
-        buf = _raw_alloc("char[]", n)
+        whole, written = ffi.new("uint64_t *"), ffi.new("uint64_t *")
         with self._call() as ctx:
-            self._check(lib.waste_snapshot_save(ctx, buf, n, size))
-        return cache.put(key, buf, n)
+            self._check(lib.waste_snapshot_size(ctx, whole))
+        segment = _Segment.allocate(n, int(whole[0]))
+        with self._call() as ctx:
+            self._check(lib.waste_snapshot_segment_save(ctx, int(parent is None),
+                                                        segment.pointer(), n, written))
+        entry = cache.put(key, segment, _Segment.footprint(n), parent=parent)
+        self._anchor = entry
+        return entry is not None
+
+    def _segment_size(self, *, whole: bool) -> tuple[int, int]:
+        size, base = ffi.new("uint64_t *"), ffi.new("uint64_t *")
+        with self._call() as ctx:
+            self._check(lib.waste_snapshot_segment_size(ctx, int(whole), size, base))
+        return int(size[0]), int(base[0])
+
+    def prefix_cache_sharing(self) -> tuple[int, int]:
+        """(bytes the cache's entries count, bytes they would count as whole snapshots, each
+        in whole pages): what sharing MLA latents between entries saves."""
+        return self.prefix_cache.bytes, sum(_Segment.footprint(e.value.whole_bytes)
+                                            for e in self.prefix_cache)
 
     def generate_ids(self, prompt: Sequence[int], params: SamplingParams,
                      on_token: TokenCallback, *, mask: MaskFiller | None = None) -> NativeGenerationResult:
@@ -420,7 +484,8 @@ class NativeEngine(NativeContext):
             stop_reason=STOP_REASONS.get(res.stop_reason, str(res.stop_reason)),
             experts_hit=res.experts_hit, experts_missed=res.experts_missed,
             bytes_read=res.bytes_read, prefill_ms=res.prefill_ms, decode_ms=res.decode_ms,
-            direct_io=bool(res.direct_io), tail=ffi.unpack(res.tail, res.tail_len) if res.tail_len else b"")
+            direct_io=bool(res.direct_io), guesses=res.guesses, guess_hits=res.guess_hits,
+            wasted_bytes=res.wasted_bytes, tail=ffi.unpack(res.tail, res.tail_len) if res.tail_len else b"")
 
     def _build_token_table(self) -> list[bytes]:
         """Every id's raw bytes (b"" for an id with no text), for the top logprobs: built
@@ -507,6 +572,7 @@ class NativeEngine(NativeContext):
                            io_threads=stats.io_threads, lookahead=stats.lookahead, guesses=stats.guesses,
                            guess_hits=stats.guess_hits, wasted_bytes=stats.wasted_bytes,
                            io_queue_depth_max=stats.queue_depth_max, disk_busy_s=stats.disk_busy_s,
+                           activations="q8" if stats.activations == lib.WASTE_ACT_Q8 else "f32",
                            prefix_cache=self.prefix_cache.stats())
 
 

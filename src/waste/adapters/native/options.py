@@ -13,6 +13,9 @@ import attrs
 CACHE_POLICIES = ("layer", "lfru", "lru")
 # cfg.kernels: 0 auto, 1 generic, 2 avx2, 3 avx512 (a set the CPU lacks is E_UNSUPPORTED at open).
 KERNELS = ("auto", "generic", "avx2", "avx512")
+# cfg.activations: "f32" exact (the reference), "q8" int8 per block of 32 for int8/int4/mxfp4
+# weights (docs/ENGINE.md §4.3).
+ACTIVATIONS = ("f32", "q8")
 _U32 = 2**32 - 1
 _U64 = 2**64 - 1
 
@@ -69,6 +72,7 @@ class NativeOptions:
     lookahead: int = attrs.field(default=0, validator=_unsigned(_U32))
     tokenizer_only: bool = attrs.field(default=False, validator=_flag)
     kernels: str = attrs.field(default="auto", validator=_one_of(KERNELS))
+    activations: str = attrs.field(default="f32", validator=_one_of(ACTIVATIONS))
     # Not waste_cfg fields: the adapter's prefix cache (docs/ENGINE.md §2 "Prefix cache").
     # Bytes taken out of ram_budget_bytes for stored states; 0 off, None the default share.
     prefix_cache: int | None = attrs.field(default=0, validator=_optional_size)
@@ -81,7 +85,8 @@ class NativeOptions:
 
         Reads ``budget`` (bytes), ``ctx``, ``threads``, ``cpus`` (str or None), ``cache``
         ("layer"/"lfru"/"lru"), ``direct_io`` (False for --no-direct-io), ``vision``, ``verify``,
-        ``usage`` (str or None), ``exclusive_open``, ``io_threads``, ``lookahead`` (bool) and
+        ``usage`` (str or None), ``exclusive_open``, ``io_threads``, ``lookahead`` (bool),
+        ``activations`` ("f32"/"q8") and
         ``prefix_cache`` (bytes, None for the default share of the budget). Every one is
         required: a missing attribute raises AttributeError naming it, a bad value ValueError
         naming the option.
@@ -92,7 +97,8 @@ class NativeOptions:
             direct_io=settings.direct_io, vision=settings.vision,
             verify=settings.verify, usage_path=settings.usage,
             exclusive_open=settings.exclusive_open, io_threads=settings.io_threads,
-            lookahead=int(settings.lookahead), prefix_cache=settings.prefix_cache)
+            lookahead=int(settings.lookahead), activations=settings.activations,
+            prefix_cache=settings.prefix_cache)
 
     @classmethod
     def coerce(cls, options: Any) -> "NativeOptions":

@@ -12,9 +12,11 @@ from typing import Any, Sequence
 import attrs
 
 from waste.domain.chat_format import Capabilities, ChatPlan
-from waste.domain.chatjson import k2tools
+from waste.domain.chatjson import glmtools, k2tools
 from waste.domain.chatjson.reply import ChatReplyReader
 from waste.domain.errors import ChatFormatError
+from waste.domain.reply.tool_grammar import (ToolGrammar, call_mode, reasoning_prefix,
+                                             response_schema, tool_specs)
 from waste.domain.requests.parse import ChatRequest
 from waste.domain.requests.thinking import OFF_EFFORTS, ON_EFFORTS, resolve_thinking
 from waste.domain.segments import Segment, markup, plain
@@ -25,9 +27,10 @@ class ChatJsonFormat:
     """A validated chat.json, with the ids its markers resolved to. Build with ``load_chat_format``.
 
     Capabilities: ``reasoning`` (a think channel), ``always_open`` (``open`` ends with the
-    channel's open marker, as GLM's does), ``effort``, ``images``, ``tools`` (all five K2
-    tool markers and the three K2 turn markers resolve). ``stop_ids`` are the control tokens
-    that end a generated turn: those of ``stop`` when given, else of the assistant suffix.
+    channel's open marker, as GLM's does), ``effort``, ``images``, ``tools`` (K2's: all five K2
+    tool markers and the three K2 turn markers resolve; GLM's: ``"tools": "glm"`` and its nine
+    markers resolve). ``stop_ids`` are the control tokens that end a generated turn: those of
+    ``stop`` when given, else of the assistant suffix (GLM tools add ``<|observation|>``).
     """
 
     system: tuple[str, str]
@@ -42,6 +45,7 @@ class ChatJsonFormat:
     stop_ids: tuple[int, ...]
     think_ids: tuple[int, int] | None = None
     tool_marker_ids: k2tools.ToolMarkerIds | None = None
+    glm_marker_ids: glmtools.GlmMarkerIds | None = None
     n_base_vocab: int
 
     @property
@@ -62,7 +66,7 @@ class ChatJsonFormat:
 
     @property
     def tools(self) -> bool:
-        return self.tool_marker_ids is not None
+        return self.tool_marker_ids is not None or self.glm_marker_ids is not None
 
     # -- the ChatFormat surface ------------------------------------------------------------
 
@@ -105,8 +109,27 @@ class ChatJsonFormat:
             effort = request.thinking.effort  # a bare switch renders no effort on chat.json
         tools = request.tools if request.tool_choice != "none" else None
         segments = self.render(request.messages, tools=tools, thinking=thinking, effort=effort)
+        grammar = self.reply_grammar(request, thinking=thinking) if tools else None
         return ChatPlan(segments=tuple(segments), stop_ids=tuple(self.stop_ids),
-                        thinking=thinking, new_reader=lambda: self.reply_reader(thinking=thinking))
+                        thinking=thinking, reply_grammar=grammar,
+                        new_reader=lambda: self.reply_reader(thinking=thinking, tools=tools))
+
+    def reply_grammar(self, request: ChatRequest, *, thinking: bool) -> ToolGrammar:
+        """The grammar of a reply that may (or must) call the request's tools (docs/DECISIONS.md,
+        tool-call constraints). The reasoning stays free: an always-open channel up to its
+        close marker, or one the model opens first when thinking is on."""
+        assert request.tools
+        specs = tool_specs(request.tools, request.tool_choice_function)
+        mode = call_mode(request.tool_choice, request.tool_choice_function)
+        think = self.think_ids if thinking else None
+        prefix = reasoning_prefix(think, self.always_open)
+        answer = response_schema(request.response_format)
+        if self.glm_marker_ids is not None:
+            return glmtools.glm_reply_grammar(self.glm_marker_ids, specs, mode=mode, answer=answer,
+                                              prefix=prefix, stop_ids=self.stop_ids)
+        assert self.tool_marker_ids is not None
+        return k2tools.k2_reply_grammar(self.tool_marker_ids, specs, mode=mode, answer=answer,
+                                        prefix=prefix, stop_ids=self.stop_ids)
 
     def startup_warnings(self, *, default_thinking: bool) -> tuple[str, ...]:
         if self.always_open and not default_thinking:
@@ -156,10 +179,10 @@ class ChatJsonFormat:
             raise ChatFormatError(
                 "This model's chat format has no tool protocol; tool definitions cannot be "
                 "sent to it.", "tools")
-        if tool_choice == "required" or isinstance(tool_choice, dict):
+        if (tool_choice == "required" or isinstance(tool_choice, dict)) and not self.tools:
             raise ChatFormatError(
-                "A chat.json format cannot force a tool call; use tool_choice \"auto\" or "
-                "\"none\".", "tool_choice")
+                "This model's chat format has no tool protocol; a tool call cannot be forced.",
+                "tool_choice")
         # json_object / json_schema: no instruction to render, the answer is constrained by
         # its grammar (docs/DECISIONS.md, constrained answers).
         if has_images and not self.images:
@@ -200,11 +223,21 @@ class ChatJsonFormat:
             if not self.tools:
                 raise ChatFormatError("This model's chat format has no tool protocol; tool "
                                       "definitions cannot be sent to it.", "tools")
-            segments += k2tools.render_declaration(tools)
+            if self.glm_marker_ids is not None:
+                segments += glmtools.render_declaration(self.system, tools)
+            else:
+                segments += k2tools.render_declaration(tools)
         call_ids = k2tools.CallIds()
+        previous = None
         for index, message in enumerate(messages):
-            segments += self._render_message(message, f"messages[{index}]", call_ids,
-                                             image_prompt)
+            if self.glm_marker_ids is not None and message.get("role") == "tool":
+                self._require_tools(f"messages[{index}].role")
+                text = _text_only(message.get("content"), f"messages[{index}]")
+                segments += glmtools.render_result(text, first=previous != "tool")
+            else:
+                segments += self._render_message(message, f"messages[{index}]", call_ids,
+                                                 image_prompt)
+            previous = message.get("role")
         return segments + markup(self.open)
 
     def _render_message(self, message: dict[str, Any], path: str, call_ids: k2tools.CallIds,
@@ -235,7 +268,10 @@ class ChatJsonFormat:
         calls = message.get("tool_calls")
         if calls:
             self._require_tools(f"{path}.tool_calls")
-            segments += k2tools.render_calls(calls, call_ids.assign(calls), param=path)
+            if self.glm_marker_ids is not None:
+                segments += glmtools.render_calls(calls, param=path)
+            else:
+                segments += k2tools.render_calls(calls, call_ids.assign(calls), param=path)
         return segments + markup(suffix)
 
     def _content(self, content: Any, path: str, image_prompt: str | None) -> list[Segment]:
@@ -263,17 +299,24 @@ class ChatJsonFormat:
 
     # -- the reply ---------------------------------------------------------------------------
 
-    def reply_reader(self, *, thinking: bool) -> ChatReplyReader:
+    def reply_reader(self, *, thinking: bool, tools: Sequence[dict[str, Any]] | None = None
+                     ) -> ChatReplyReader:
         """A fresh reader for one generated turn.
 
         Reasoning starts at once when the prompt opened the channel (``always_open``; thinking
         is then necessarily on, ``check_fields`` refuses it off), or when the model opens it
         itself before anything else. ``thinking`` is accepted for the XTML parser's signature;
-        the prompt, not the flag, decides where the model's output starts.
+        the prompt, not the flag, decides where the model's output starts. ``tools`` (the
+        request's) tell a GLM reader which values are strings.
         """
         del thinking
-        calls = (k2tools.CallSectionReader(self.tool_marker_ids)
-                 if self.tool_marker_ids is not None else None)
+        calls: k2tools.CallSectionReader | glmtools.GlmCallReader | None = None
+        if self.glm_marker_ids is not None:
+            schemas = {str((t.get("function") or {}).get("name")): (t.get("function") or {}).get("parameters")
+                       for t in tools or ()}
+            calls = glmtools.GlmCallReader(self.glm_marker_ids, schemas)
+        elif self.tool_marker_ids is not None:
+            calls = k2tools.CallSectionReader(self.tool_marker_ids)
         return ChatReplyReader(
             stop_ids=frozenset(self.stop_ids), n_base_vocab=self.n_base_vocab,
             think_ids=self.think_ids, starts_in_reasoning=self.always_open, calls=calls)

@@ -15,6 +15,8 @@ import attrs
 
 from waste.domain.errors import KimiToolError
 from waste.domain.reply.events import ToolCall
+from waste.domain.reply.tool_grammar import (ToolGrammar, ToolSpec, chat_reply_grammar, json_value,
+                                             literal, object_schema, special)
 from waste.domain.segments import Segment, markup, plain
 
 SECTION_BEGIN = "<|tool_calls_section_begin|>"
@@ -277,3 +279,21 @@ class CallSectionReader:
         self._field = None
         self._id.clear()
         self._arguments.clear()
+
+
+def k2_reply_grammar(markers: ToolMarkerIds, specs: Sequence[ToolSpec], *, mode: str,
+                     answer: tuple[Any, str] | None, prefix: str, stop_ids: Sequence[int]
+                     ) -> ToolGrammar:
+    """The grammar of a reply under the K2 protocol: each call's id names a declared function
+    (``functions.NAME:IDX``) and its arguments are JSON of that function's ``parameters``
+    (docs/DECISIONS.md, tool-call constraints)."""
+    ids = [special(i) for i in attrs.astuple(markers)]
+    section_begin, section_end, call_begin, argument_begin, call_end = ids
+
+    def call(spec: ToolSpec, index: str) -> str:
+        return (f"{call_begin} {literal(f'functions.{spec.name}:')} {index} {argument_begin} "
+                f"{json_value(object_schema(spec))} {call_end}")
+
+    return chat_reply_grammar(specs=specs, mode=mode, answer=answer, prefix=prefix,
+                              section=(section_begin, section_end), call=call,
+                              stop_ids=stop_ids, first_index=0)

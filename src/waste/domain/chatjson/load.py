@@ -13,13 +13,14 @@ from typing import Any
 import json
 import re
 
-from waste.domain.chatjson import k2tools
+from waste.domain.chatjson import glmtools, k2tools
 from waste.domain.chatjson.format import ChatJsonFormat
 from waste.domain.ports import Vocabulary
 from waste.domain.errors import ChatFormatError
 
 PAIR_KEYS = ("system", "user", "assistant", "think")
-STRING_KEYS = ("open", "prelude", "stop", "effort", "image")
+STRING_KEYS = ("open", "prelude", "stop", "effort", "image", "tools")
+TOOL_PROTOCOLS = ("k2", "glm")
 KNOWN_KEYS = frozenset(PAIR_KEYS + STRING_KEYS)
 
 # Marker-looking substrings (docs/CHATJSON.md, "Validation at load"), each of which must resolve to
@@ -55,6 +56,8 @@ def chat_json_markers(chat_json: dict[str, Any]) -> list[str]:
         for text in value if isinstance(value, list) else [value]:
             if isinstance(text, str):
                 seen.update(dict.fromkeys(marker_strings(text)))
+    if chat_json.get("tools") == "glm":  # the protocol's markers are not in any string
+        seen.update(dict.fromkeys(glmtools.TOOL_MARKERS))
     return list(seen)
 
 
@@ -96,6 +99,10 @@ def _parse_object(obj_or_text: dict[str, Any] | str) -> dict[str, Any]:
         elif not isinstance(value, str):
             raise ChatFormatError(
                 f"chat.json {key!r} must be a string, not {json.dumps(value, default=repr)}.")
+    tools = obj_or_text.get("tools")
+    if tools is not None and tools not in TOOL_PROTOCOLS:
+        raise ChatFormatError(f"chat.json 'tools' must be one of {', '.join(TOOL_PROTOCOLS)}, "
+                              f"not {tools!r}.")
     return obj_or_text
 
 
@@ -115,6 +122,26 @@ def _resolve_k2_tools(vocab: Vocabulary) -> k2tools.ToolMarkerIds | None:
     found = [single_special(vocab, m) for m in k2tools.TOOL_MARKERS]
     ids = [i for i in found if i is not None]
     return k2tools.ToolMarkerIds(*ids) if len(ids) == len(found) else None
+
+
+def _resolve_glm_tools(vocab: Vocabulary) -> glmtools.GlmMarkerIds:
+    found = {m: single_special(vocab, m) for m in glmtools.TOOL_MARKERS}
+    missing = [m for m, i in found.items() if i is None]
+    if missing:
+        raise ChatFormatError(f"chat.json 'tools': 'glm' needs GLM's tool markers as single special "
+                              f"tokens; this tokenizer lacks {', '.join(missing)}.")
+    return glmtools.GlmMarkerIds(*(i for i in found.values() if i is not None))
+
+
+def _resolve_tools(protocol: str | None, vocab: Vocabulary
+                   ) -> tuple[k2tools.ToolMarkerIds | None, glmtools.GlmMarkerIds | None]:
+    if protocol == "glm":
+        return None, _resolve_glm_tools(vocab)
+    k2 = _resolve_k2_tools(vocab)
+    if protocol == "k2" and k2 is None:
+        raise ChatFormatError("chat.json 'tools': 'k2' needs the five Kimi K2 tool markers and "
+                              "<|im_system|>, <|im_middle|>, <|im_end|> as single special tokens.")
+    return k2, None
 
 
 def load_chat_format(obj_or_text: dict[str, Any] | str, vocab: Vocabulary, *,
@@ -141,6 +168,9 @@ def load_chat_format(obj_or_text: dict[str, Any] | str, vocab: Vocabulary, *,
         raise ChatFormatError(
             f"chat.json {end_key!r}: {end_text!r} holds no control token, so a generated turn "
             "could never end; give the assistant suffix a control token, or a 'stop'.")
+    k2_ids, glm_ids = _resolve_tools(obj.get("tools"), vocab)
+    if glm_ids is not None and glm_ids.observation not in stop_ids:
+        stop_ids += (glm_ids.observation,)  # GLM ends a calling turn with <|observation|>
     think_ids: tuple[int, int] | None = None
     if "think" in obj:
         opener, closer = (single_special(vocab, marker) for marker in obj["think"])
@@ -166,4 +196,4 @@ def load_chat_format(obj_or_text: dict[str, Any] | str, vocab: Vocabulary, *,
         open=obj["open"], prelude=obj.get("prelude", ""), stop=stop,
         think=tuple(obj["think"]) if "think" in obj else None, effort_template=effort,
         image_block=image, stop_ids=stop_ids, think_ids=think_ids,
-        tool_marker_ids=_resolve_k2_tools(vocab), n_base_vocab=vocab.n_base_vocab)
+        tool_marker_ids=k2_ids, glm_marker_ids=glm_ids, n_base_vocab=vocab.n_base_vocab)

@@ -12,6 +12,7 @@ from typing import Any
 
 import attrs
 
+from waste.domain.chatjson.glmtools import GlmCallReader
 from waste.domain.chatjson.k2tools import CallSectionReader
 from waste.domain.reply.events import Delta, ToolCall, assistant_message
 
@@ -38,7 +39,7 @@ class ChatReplyReader:
     n_base_vocab: int
     think_ids: tuple[int, int] | None
     starts_in_reasoning: bool
-    calls: CallSectionReader | None
+    calls: CallSectionReader | GlmCallReader | None
     reasoning_tokens: int = 0
     _state: str = attrs.field(init=False)
     _done: bool = attrs.field(default=False, init=False)

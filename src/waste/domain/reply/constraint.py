@@ -78,3 +78,21 @@ class AnswerConstraint:
                 self._forced = 1
             else:
                 self.matcher.consume(token)
+
+
+@attrs.define
+class ReplyConstraint:
+    """The mask filler for a reply under one grammar from its first token to its end marker
+    (tools declared: ``ChatPlan.reply_grammar``). Free stretches (reasoning, text) are the
+    grammar's own text lexemes, so no region tracking is needed; ``observe`` must see every
+    sampled token."""
+
+    matcher: TokenMatcher
+
+    def __call__(self, index: int, words: memoryview) -> bool:
+        self.matcher.fill(words)
+        return False
+
+    def observe(self, token: int) -> None:
+        """The token sampled under the last mask."""
+        self.matcher.consume(token)

@@ -13,6 +13,8 @@ import attrs
 from waste.domain.chat_format import Capabilities, ChatPlan
 from waste.domain.requests.parse import ChatRequest
 from waste.domain.requests.thinking import resolve_thinking
+from waste.domain.reply.tool_grammar import call_mode, response_schema, tool_specs
+from waste.domain.xtml.grammar import xtml_reply_grammar
 from waste.domain.xtml.markers import CLOSE, END_OF_MSG, SEP, XtmlMarkerIds
 from waste.domain.xtml.render import image_prompt, render_segments
 from waste.domain.xtml.reply import RegionParser
@@ -59,9 +61,15 @@ class XtmlFormat:
             thinking_effort=effort, tool_choice=request.tool_choice,
             response_format=request.response_format, image_prompts=prompts)
         ids = self.marker_ids
+        grammar = None
+        if request.tools and request.tool_choice != "none":
+            grammar = xtml_reply_grammar(
+                ids, tool_specs(request.tools, request.tool_choice_function),
+                mode=call_mode(request.tool_choice, request.tool_choice_function),
+                thinking=thinking, answer=response_schema(request.response_format))
         return ChatPlan(segments=tuple(segments), stop_ids=self.end_ids, thinking=thinking,
                         new_reader=lambda: RegionParser(thinking=thinking, marker_ids=ids),
-                        answer_end=f"{CLOSE}response{SEP}{END_OF_MSG}")
+                        answer_end=f"{CLOSE}response{SEP}{END_OF_MSG}", reply_grammar=grammar)
 
     def startup_warnings(self, *, default_thinking: bool) -> tuple[str, ...]:
         return ()
