@@ -207,15 +207,26 @@ static const wk_kernels generic_kernels = {
     wk_dot_mxfp4_generic, wk_rows_f32act_generic, wk_rows_q8_generic,
 };
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+
+/* F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports does not know "f16c". */
+static int cpu_has_f16c(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+}
+#endif
+
 const wk_kernels *wk_select(int32_t cfg, const char **why) {
     if (why) *why = NULL;
     if (cfg == WASTE_KERNELS_GENERIC) return &generic_kernels;
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
-    int avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("f16c");
+    int f16c = cpu_has_f16c();
+    int avx512 = __builtin_cpu_supports("avx512f") && f16c;
     int vnni = avx512 && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
-               __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("f16c");
-    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+               __builtin_cpu_supports("avx512vnni");
+    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
     if (cfg == WASTE_KERNELS_AVX512) {
         if (!avx512 && why) *why = "this CPU lacks AVX-512F or F16C";
         return avx512 ? (vnni ? &wk_avx512vnni_kernels : &wk_avx512_kernels) : NULL;
