@@ -241,6 +241,19 @@ def reasoning_prefix(think_ids: tuple[int, int] | None, starts_in_reasoning: boo
     return f"({opener} REASONING? {closer})?"
 
 
+def reply_rule(mode: str, answer: tuple[Any, str] | None, calls: str, end: str, *,
+               gap: str = "") -> str:
+    """The Lark ``reply`` rule every tool protocol shares: forced calls, or (``auto``) free
+    text or the answer's JSON, then optional calls; ``gap`` is markup that precedes the calls
+    whether or not content came first (XTML's response close)."""
+    g = f"{gap} " if gap else ""
+    if mode != "auto":
+        return f"reply: {g}{calls} {end}"
+    if answer is None:
+        return f"reply: TEXT? {g}({calls})? {end}"
+    return f"reply: {json_value(answer[0])} {g}({calls})? {end} | {g}{calls} {end}"
+
+
 def chat_reply_grammar(*, specs: Sequence[ToolSpec], mode: str, answer: tuple[Any, str] | None,
                        prefix: str, section: tuple[str, str], call: Callable[[ToolSpec, str], str],
                        stop_ids: Sequence[int], first_index: int) -> ToolGrammar:
@@ -251,13 +264,7 @@ def chat_reply_grammar(*, specs: Sequence[ToolSpec], mode: str, answer: tuple[An
     stop = "(" + " | ".join(special(i) for i in stop_ids) + ")"
     opener, closer = section
     lines = [f"start: {prefix} reply" if prefix else "start: reply"]
-    calls = f"{opener} calls {closer}"
-    if mode != "auto":
-        lines.append(f"reply: {calls} {stop}")
-    elif answer is None:
-        lines.append(f"reply: TEXT? ({calls})? {stop}")
-    else:
-        lines.append(f"reply: {json_value(answer[0])} ({calls})? {stop} | {calls} {stop}")
+    lines.append(reply_rule(mode, answer, f"{opener} calls {closer}", stop))
     rules = [f"call_{i}" for i in range(len(specs))]
     lines.append("calls: call_0" if mode == "named" else f"calls: ({' | '.join(rules)})+")
     index = literal(str(first_index)) if mode == "named" else "INDEX"

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 from waste.domain.reply.tool_grammar import (Argument, ToolGrammar, ToolSpec, element_arguments,
                                              element_sequence, json_value, literal, object_schema,
-                                             schema_list, special)
+                                             reply_rule, schema_list, special)
 from waste.domain.xtml.markers import XtmlMarkerIds
 
 
@@ -37,13 +37,7 @@ def xtml_reply_grammar(ids: XtmlMarkerIds, specs: Sequence[ToolSpec], *, mode: s
         lines.append("start: reply")
     tools = f"{o} {literal('tools')} {s} calls {tag('tools')}"
     end = f"{tag('message')} {e}"
-    if mode != "auto":
-        lines.append(f"reply: {tag('response')} {tools} {end}")
-    elif answer is None:
-        lines.append(f"reply: TEXT? {tag('response')} ({tools})? {end}")
-    else:
-        lines.append(f"reply: {json_value(answer[0])} {tag('response')} ({tools})? {end}"
-                     f" | {tag('response')} {tools} {end}")
+    lines.append(reply_rule(mode, answer, tools, end, gap=tag("response")))
     call_rules = [f"call_{i}" for i in range(len(specs))]
     lines.append("calls: call_0" if mode == "named" else f"calls: ({' | '.join(call_rules)})+")
     for i, spec in enumerate(specs):
