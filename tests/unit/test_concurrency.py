@@ -118,10 +118,13 @@ async def test_n_run_at_once_the_rest_wait_in_order():
         assert [j.started for j in jobs] == [True, True, True, False, False]
         assert service.queue_depth == 2 and len(service.active) == 3
         assert service.running is jobs[0]
+        # started is the service's word; the engine counts calls that entered generate
+        await trio.to_thread.run_sync(engine.wait_entered, 3)
         engine.gate(1).set()  # the second finishes: the fourth takes its place
         with trio.fail_after(LIMIT_S):
             await service.wait_until(lambda s: jobs[3].started and 1 in outcomes)
         assert not jobs[4].started and service.queue_depth == 1
+        await trio.to_thread.run_sync(engine.wait_entered, 4)
         for tag in (0, 2, 3, 4):
             engine.gate(tag).set()
         with trio.fail_after(LIMIT_S):
