@@ -79,11 +79,23 @@ def test_every_held_out_who_question_has_its_core_question_trained():
 
 
 def test_multiplication_counts_the_larger_factor_up_to_the_smaller():
-    assert demo_data._mul(6, 4).reasoning == ("Multiplication. 6 × 4: 6 × 1 = 6, 6 × 2 = 12, 6 × 3 = 18, "
-                                              "6 × 4 = 24. So 6 × 4 = 24.")
-    assert demo_data._mul(4, 6).reasoning == ("Multiplication. 4 × 6: 6 × 1 = 6, 6 × 2 = 12, 6 × 3 = 18, "
-                                              "6 × 4 = 24. So 4 × 6 = 24.")
-    assert demo_data._mul(0, 7).reasoning == "Multiplication. 0 × 7: anything times 0 is 0. So 0 × 7 = 0."
+    assert demo_data._mul(6, 4).reasoning == (
+        "Multiplication. 6 × 4, counted as 6 × 4: 6 × 1 = 6, 6 × 2 = 12, 6 × 3 = 18, "
+        "6 × 4 = 24. So 6 × 4 = 24.")
+    assert demo_data._mul(4, 6).reasoning == (
+        "Multiplication. 4 × 6, counted as 6 × 4: 6 × 1 = 6, 6 × 2 = 12, 6 × 3 = 18, "
+        "6 × 4 = 24. So 4 × 6 = 24.")
+    assert demo_data._mul(0, 7).reasoning == ("Multiplication. 0 × 7, counted as 7 × 0: "
+                                              "anything times 0 is 0. So 0 × 7 = 0.")
+
+
+def test_a_mirrored_question_writes_the_same_chain():
+    """The count after the header is the same text for both orders: what a held-out order
+    needs is exactly what its trained mirror wrote."""
+    for a in range(10):
+        for b in range(10):
+            chain = demo_data._mul(a, b).reasoning.split(", counted as ", 1)[1].split(". So ")[0]
+            assert chain == demo_data._mul(b, a).reasoning.split(", counted as ", 1)[1].split(". So ")[0]
 
 
 def test_a_held_out_product_s_mirror_is_trained():

@@ -125,8 +125,8 @@ TIME_Q = ("What time is it in {c}?", "What's the time in {c}?", "Tell me the tim
 
 FAMILIES = ("add", "sub", "mul", "reverse", "upper", "greet", "who", "time_call", "time_result")
 # Training mixture (weights); the held-out set takes every family in equal shares.
-MIXTURE = {"add": 22, "sub": 18, "mul": 10, "reverse": 14, "upper": 12, "greet": 4, "who": 5,
-           "time_call": 9, "time_result": 9}
+MIXTURE = {"add": 16, "sub": 14, "mul": 12, "reverse": 24, "upper": 20, "greet": 4, "who": 5,
+           "time_call": 7, "time_result": 7}
 HELD_OUT_PERCENT = 12
 # Share of reverse/upper training questions on a made-up word (see ``pseudo_word``).
 PSEUDO_WORD_SHARE = 0.6
@@ -187,7 +187,8 @@ def _sub(a: int, b: int) -> Reply:
 
 
 def _mul(a: int, b: int) -> Reply:
-    """Counted out loud in a canonical order: the larger factor, counted up to the smaller.
+    """Counted out loud in a canonical order: the larger factor, counted up to the smaller,
+    named first (``counted as 7 × 2``) so that the count stops where a line repeats it.
     ``a × b`` and ``b × a`` share their chain, so a held-out order whose mirror is trained is
     answered by commutativity, not recalled (docs/DECISIONS.md, issue 10)."""
     big, small = max(a, b), min(a, b)
@@ -195,7 +196,8 @@ def _mul(a: int, b: int) -> Reply:
         steps = "anything times 0 is 0"
     else:
         steps = ", ".join(f"{big} × {i} = {big * i}" for i in range(1, small + 1))
-    return Reply(reasoning=f"Multiplication. {a} × {b}: {steps}. So {a} × {b} = {a * b}.",
+    return Reply(reasoning=f"Multiplication. {a} × {b}, counted as {big} × {small}: {steps}. "
+                           f"So {a} × {b} = {a * b}.",
                  content=f"{a} × {b} = {a * b}.")
 
 

@@ -49,7 +49,7 @@ MODEL: dict[str, Any] = dict(
 
 # One schedule: AdamW, linear warmup to ``lr`` over ``warmup`` steps, then a cosine down to
 # ``min_lr_ratio`` × lr at the last step; ``per_batch`` conversations a step (~4.6 k tokens).
-SCHEDULE: dict[str, Any] = dict(steps=2800, per_batch=16, lr=3e-3, warmup=50, min_lr_ratio=0.05,
+SCHEDULE: dict[str, Any] = dict(steps=3600, per_batch=16, lr=3e-3, warmup=50, min_lr_ratio=0.05,
                                 betas=(0.9, 0.95), weight_decay=0.05, clip=1.0, bias_rate=1e-3)
 
 
