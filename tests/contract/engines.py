@@ -29,6 +29,7 @@ class Record:
     stop_reasons: list[str] = attrs.field(factory=list)  # or "E_…" when generate raised
     generated: list[int] = attrs.field(factory=list)  # tokens delivered, per generate call
     replies: list[list[int]] = attrs.field(factory=list)  # the delivered ids, per generate call
+    params: list[Any] = attrs.field(factory=list)  # the SamplingParams, per generate call
 
 
 class RecordingEngine:
@@ -86,6 +87,7 @@ class RecordingEngine:
             self.record.prompts.append(list(prompt.ids))
             self.record.generated.append(0)
             self.record.replies.append([])
+            self.record.params.append(params)
         self.generating.set()
 
         def counted(event) -> bool:
