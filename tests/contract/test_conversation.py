@@ -131,7 +131,7 @@ def test_a_five_turn_chat_prefills_only_new_tokens(engine_kind, request):
         # The turns' entries extend one another (docs/FORMAT.md §7.1): shared, not copied.
         inner = cached.engine.inner
         assert any(e.parent is not None for e in inner.prefix_cache)
-        assert values["waste_prefix_cache_bytes"] == sum(e.size for e in inner.prefix_cache)
+        assert values["waste_prefix_cache_bytes"] == sum(e.counted for e in inner.prefix_cache)
         if cached.kind == "native":
             stored, as_whole_snapshots = inner.prefix_cache_sharing()
             assert stored < as_whole_snapshots

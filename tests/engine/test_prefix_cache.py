@@ -213,7 +213,7 @@ def _chains_are_whole(cache):
     """Every live entry's parents are live, and the bytes are each entry's own, once."""
     entries = list(cache)
     assert all(cache.holds(link) for e in entries for link in e.chain())
-    assert cache.stats().bytes == sum(e.size for e in entries) <= cache.capacity
+    assert cache.stats().bytes == sum(e.counted for e in entries) <= cache.capacity
     assert all(e.children == sum(1 for c in entries if c.parent is e) for e in entries)
 
 
@@ -234,10 +234,12 @@ def test_entries_of_a_conversation_share_their_latents(native, container, refere
         assert per_position > 4
         for e in entries[1:]:  # the parent's positions are not stored again (48 − 32: headers)
             assert e.value.whole_bytes - e.value.length == e.parent.length * per_position - 16
-        # The cache counts each segment's pages, once.
+        # The cache counts each segment's pages, once, and its own key positions.
         stored, unshared = engine.prefix_cache_sharing()
-        assert stored == sum(e.size for e in entries) < unshared
+        assert stored == sum(e.counted for e in entries) < unshared
         assert all(e.size == -(-e.value.length // mmap.PAGESIZE) * mmap.PAGESIZE for e in entries)
+        key_bytes = native.engine.KEY_POSITION_BYTES
+        assert all(e.counted == e.size + key_bytes * len(e.tail) for e in entries)
         _chains_are_whole(engine.prefix_cache)
         # Restores from the leaf (six segments), from the middle, and parting inside a parent.
         assert _restores_exactly(engine, reference, ids + prompt_of(3, vocab, seed=9)) == 69

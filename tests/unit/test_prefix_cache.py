@@ -189,3 +189,17 @@ def test_a_fake_cache_too_small_for_one_entry_is_off():
     ids = _text(engine, "hello there")
     _run(engine, ids)
     assert _run(engine, ids).cached_tokens == 0 and not engine.prefix_cache.enabled
+
+
+def test_key_positions_count_inside_the_capacity():
+    # 10 bytes a position: an entry of value 20 and 3 own positions counts 50
+    cache: PrefixCache[str] = PrefixCache(capacity=100, position_bytes=10)
+    root = cache.put((1, 2, 3), "a", 20)
+    assert root is not None and root.counted == 50 and cache.bytes == 50
+    child = cache.put((1, 2, 3, 4), "b", 5, parent=root)  # its tail is one position
+    assert child is not None and child.counted == 15 and cache.bytes == 65
+    # 30 + 2 × 10 = 50 more does not fit beside 65: the leaf goes first, then it fits
+    assert cache.put((7, 8), "c", 30) is not None
+    assert not cache.holds(child) and cache.holds(root) and cache.bytes == 100
+    # a value that fits the capacity alone but not with its key positions is refused
+    assert cache.put(tuple(range(9)), "d", 20) is None

@@ -5,7 +5,8 @@ A key is the exact sequence a state covers: one item per evaluated position, the
 or for a position an image expanded to, ``("image", digest)``, so that two prompts with the
 same placeholder ids but different pictures never share a state. The stored value is opaque
 here (the native adapter keeps a snapshot segment, the fake engine nothing but the length);
-its ``size`` in bytes is what the capacity counts. An entry may extend a parent entry and
+its ``size`` in bytes, plus what the key's own positions cost in the process
+(``position_bytes`` each), is what the capacity counts. An entry may extend a parent entry and
 hold only the positions after it (the native adapter's segments share MLA latents this
 way), each byte counted once. Eviction is least recently used by bytes, leaf first.
 Adapters hold one per engine and call it from the engine's worker thread only.
@@ -51,7 +52,8 @@ def prompt_key(ids: Sequence[int], placeholder: int | None, digests: Sequence[st
 @attrs.define(eq=False, kw_only=True)
 class Entry(Generic[V]):
     """One stored state: the ``length`` positions of its key, of which it holds ``tail``
-    (the positions after its parent's) and ``size`` bytes; its ``parent`` holds the rest.
+    (the positions after its parent's) and ``size`` bytes of value; its ``parent`` holds the
+    rest. ``counted`` is what the cache counts for it: ``size`` and its tail's key bytes.
 
     An entry without a parent holds its whole key. ``children`` counts live entries whose
     parent it is: such an entry is not evicted (they would lose their prefix)."""
@@ -61,6 +63,7 @@ class Entry(Generic[V]):
     size: int
     parent: "Entry[V] | None" = None
     children: int = 0
+    counted: int = 0
     length: int = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
@@ -102,9 +105,14 @@ class PrefixCache(Generic[V]):
     Eviction takes the least recently used entry that no other entry extends (leaf first);
     using an entry uses its parents too. ``capacity`` 0 is a cache that is off: it stores
     nothing and finds nothing.
+
+    ``position_bytes`` is what one stored key position costs the process that holds the
+    cache (an adapter measures it: a tuple slot and an id object in CPython); each entry
+    counts it for its tail, so the keys live inside the capacity too.
     """
 
     capacity: int
+    position_bytes: int = 0
     _lru: "collections.OrderedDict[Entry[V], None]" = attrs.field(
         factory=collections.OrderedDict)
     _bytes: int = 0
@@ -185,6 +193,10 @@ class PrefixCache(Generic[V]):
         for link in entry.chain()[::-1]:
             self._lru.move_to_end(link)
 
+    def key_bytes(self, positions: int) -> int:
+        """What an entry's tail of ``positions`` key items costs besides its value."""
+        return positions * self.position_bytes
+
     def count_reuse(self, tokens: int) -> None:
         """A generation restored ``tokens`` positions from the cache."""
         if tokens:
@@ -195,7 +207,7 @@ class PrefixCache(Generic[V]):
         """Evict least recently used leaf entries until ``size`` more bytes fit, never
         ``keep`` or its parents; False (and nothing evicted) when ``size`` cannot fit even
         then."""
-        kept = sum(e.size for e in keep.chain()) if keep is not None and self.holds(keep) else 0
+        kept = sum(e.counted for e in keep.chain()) if keep is not None and self.holds(keep) else 0
         if size > self.capacity - kept:
             return False
         protected = set(keep.chain()) if keep is not None else set()
@@ -207,7 +219,7 @@ class PrefixCache(Generic[V]):
 
     def _remove(self, entry: Entry[V]) -> None:
         del self._lru[entry]
-        self._bytes -= entry.size
+        self._bytes -= entry.counted
         if entry.parent is not None:
             entry.parent.children -= 1
 
@@ -216,8 +228,8 @@ class PrefixCache(Generic[V]):
         """Store ``value`` under ``key``, evicting as needed; ``parent`` (a stored entry
         whose key starts ``key``) holds the first ``parent.length`` positions, so ``value``
         holds only the rest. None when ``key`` is already stored or cannot fit at all. Call
-        ``make_room(size, keep=parent)`` before building a large value, so the old entries
-        are gone before the new one is allocated.
+        ``make_room(size + key_bytes(positions), keep=parent)`` before building a large
+        value, so the old entries are gone before the new one is allocated.
 
         Raises:
             ValueError: ``parent`` is not stored, or ``key`` does not start with its key.
@@ -226,14 +238,15 @@ class PrefixCache(Generic[V]):
         if parent is not None and (not self.holds(parent) or len(key) < parent.length
                                    or not self._matches(parent, key, {})):
             raise ValueError("the parent entry is not stored or is not a prefix of the key")
-        if self.find(key) is not None or not self.make_room(size, keep=parent):
-            return None
         start = parent.length if parent is not None else 0
-        entry = Entry(tail=key[start:], value=value, size=size, parent=parent)
+        counted = size + self.key_bytes(len(key) - start)
+        if self.find(key) is not None or not self.make_room(counted, keep=parent):
+            return None
+        entry = Entry(tail=key[start:], value=value, size=size, parent=parent, counted=counted)
         if parent is not None:
             parent.children += 1
         self._lru[entry] = None
-        self._bytes += size
+        self._bytes += counted
         self._touch(entry)
         return entry
 

@@ -146,6 +146,10 @@ class _Segment:
 
 # The default prefix cache: this share of the budget, when the engine's floor leaves room.
 PREFIX_CACHE_SHARE = 8
+# What one stored key position costs this process: a tuple slot (8 B) and the token id's
+# int object (28 B, 32 with pymalloc's rounding; ids above 256 are not shared), measured
+# with tracemalloc. The cache counts it inside its capacity, so keys stay in the budget.
+KEY_POSITION_BYTES = 40
 _DEFAULT_CTX = 4096
 
 
@@ -173,7 +177,7 @@ def plan_prefix_cache(plan: MemoryPlan, options: NativeOptions) -> PrefixCachePl
     """
     ctx = options.ctx_tokens or _DEFAULT_CTX
     # docs/FORMAT.md §7.1: a root segment at position ctx, in whole pages
-    entry = _Segment.footprint(plan.state_bytes + 4 * ctx + 52)
+    entry = _Segment.footprint(plan.state_bytes + 4 * ctx + 52) + KEY_POSITION_BYTES * ctx
     budget, room = plan.budget_bytes, max(0, plan.budget_bytes - plan.floor_bytes)
     requested = options.prefix_cache
     if requested == 0:
@@ -215,7 +219,8 @@ class NativeEngine(NativeContext):
             if self.prefix_plan.bytes:
                 options = attrs.evolve(options,
                                        ram_budget_bytes=self.prefix_plan.engine_budget_bytes)
-        self.prefix_cache: PrefixCache[_Segment] = PrefixCache(capacity=self.prefix_plan.bytes)
+        self.prefix_cache: PrefixCache[_Segment] = PrefixCache(capacity=self.prefix_plan.bytes,
+                                                                position_bytes=KEY_POSITION_BYTES)
         # The entry libwaste's segment anchor is (the last stored or restored), or None.
         self._anchor: Entry[_Segment] | None = None
         super().__init__(path, options)
@@ -390,11 +395,12 @@ class NativeEngine(NativeContext):
             return False
         parent = self._anchor if self._anchor is not None and cache.holds(self._anchor) else None
         n, base = self._segment_size(whole=parent is None)
-        if parent is not None and (base != parent.length
-                                   or not cache.make_room(_Segment.footprint(n), keep=parent)):
+        if parent is not None and (base != parent.length or not cache.make_room(
+                _Segment.footprint(n) + cache.key_bytes(len(key) - base), keep=parent)):
             parent = None  # libwaste's anchor is not this entry, or its chain fills the cache
             n, base = self._segment_size(whole=True)
-        if parent is None and not cache.make_room(_Segment.footprint(n)):
+        if parent is None and not cache.make_room(_Segment.footprint(n)
+                                                  + cache.key_bytes(len(key))):
             return False
         whole, written = ffi.new("uint64_t *"), ffi.new("uint64_t *")
         with self._call() as ctx:
@@ -415,9 +421,11 @@ class NativeEngine(NativeContext):
 
     def prefix_cache_sharing(self) -> tuple[int, int]:
         """(bytes the cache's entries count, bytes they would count as whole snapshots, each
-        in whole pages): what sharing MLA latents between entries saves."""
-        return self.prefix_cache.bytes, sum(_Segment.footprint(e.value.whole_bytes)
-                                            for e in self.prefix_cache)
+        in whole pages, and keys): what sharing MLA latents and key positions between
+        entries saves."""
+        cache = self.prefix_cache
+        return cache.bytes, sum(_Segment.footprint(e.value.whole_bytes) + cache.key_bytes(e.length)
+                                for e in cache)
 
     def generate_ids(self, prompt: Sequence[int], params: SamplingParams,
                      on_token: TokenCallback, *, mask: MaskFiller | None = None) -> NativeGenerationResult:
