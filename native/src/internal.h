@@ -113,6 +113,12 @@ typedef struct {
      * d = sw · xd[b] (f32), p_j = Σ_{k<4} w[4j+k]·xq[32b+4j+k] exactly in int32, and
      * acc[8·(b mod 2) + j] = fma((float)p_j, d, acc[...]) for j < 8; wk_reduce16 finishes. */
     void (*rows_q8)(const wm_mat *m, uint32_t r0, uint32_t r1, const int8_t *xq, const float *xd, float *y);
+    /* One row of a KDA state (docs/ENGINE.md §4.1), elementwise over j < n, each element a
+     * product then a sum, never fused, so every set gives the generic bits:
+     * decay_read: s[j] = s[j]·e, then r[j] = r[j] + s[j]·k;
+     * update_read: s[j] = s[j] + k·delta[j], then o[j] = o[j] + s[j]·q. */
+    void (*decay_read)(float *s, float e, float k, float *r, uint32_t n);
+    void (*update_read)(float *s, float k, const float *delta, float q, float *o, uint32_t n);
 } wk_kernels;
 /* Activations for WASTE_ACT_Q8, per block b of 32 (n a multiple of 32): a = max |x_i| of the
  * block, xd[b] = a / 127, xq_i = round-half-even(x_i · (127 / a)) (0 when a = 0); a block
@@ -136,6 +142,8 @@ void wk_decode_row(const wm_mat *m, uint32_t row, float *out);
 /* Generic pieces reused by the SIMD files for tails and the fixed reduction tree. */
 float wk_reduce16(float acc[16]);
 float wk_dot_f32_generic(const float *w, const float *x, uint32_t n);
+void wk_decay_read_generic(float *s, float e, float k, float *r, uint32_t n);
+void wk_update_read_generic(float *s, float k, const float *delta, float q, float *o, uint32_t n);
 float wk_dot_bf16_generic(const uint16_t *w, const float *x, uint32_t n);
 float wk_dot_int8_generic(const uint8_t *row, const float *x, uint32_t n, uint32_t group);
 float wk_dot_int4_generic(const uint8_t *row, const float *x, uint32_t n, uint32_t group);

@@ -202,9 +202,27 @@ void wk_matvec_rows(const wk_kernels *k, const wm_mat *m, uint32_t r0, uint32_t 
     else k->rows(m, r0, r1, x, y);
 }
 
+void wk_decay_read_generic(float *s, float e, float k, float *r, uint32_t n) {
+    for (uint32_t j = 0; j < n; j++) {
+        s[j] = s[j] * e;
+        float p = s[j] * k;
+        r[j] = r[j] + p;
+    }
+}
+
+void wk_update_read_generic(float *s, float k, const float *delta, float q, float *o, uint32_t n) {
+    for (uint32_t j = 0; j < n; j++) {
+        float p = k * delta[j];
+        s[j] = s[j] + p;
+        float t = s[j] * q;
+        o[j] = o[j] + t;
+    }
+}
+
 static const wk_kernels generic_kernels = {
     "generic", wk_dot_f32_generic, wk_dot_bf16_generic, wk_dot_int8_generic, wk_dot_int4_generic,
     wk_dot_mxfp4_generic, wk_rows_f32act_generic, wk_rows_q8_generic,
+    wk_decay_read_generic, wk_update_read_generic,
 };
 
 #if defined(__x86_64__) || defined(__i386__)

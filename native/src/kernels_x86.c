@@ -381,12 +381,57 @@ static void rows_avx512(const wm_mat *m, uint32_t r0, uint32_t r1, const float *
     else rows1_avx512(m, r0, r1, x, y);
 }
 
+/* KDA state rows: separate multiplies and adds (no FMA), so each element is the generic one;
+ * the tail is the generic loop. */
+AVX2 static void decay_read_avx2(float *s, float e, float k, float *r, uint32_t n) {
+    __m256 ve = _mm256_set1_ps(e), vk = _mm256_set1_ps(k);
+    uint32_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256 sj = _mm256_mul_ps(_mm256_loadu_ps(s + j), ve);
+        _mm256_storeu_ps(s + j, sj);
+        _mm256_storeu_ps(r + j, _mm256_add_ps(_mm256_loadu_ps(r + j), _mm256_mul_ps(sj, vk)));
+    }
+    wk_decay_read_generic(s + j, e, k, r + j, n - j);
+}
+AVX2 static void update_read_avx2(float *s, float k, const float *delta, float q, float *o, uint32_t n) {
+    __m256 vk = _mm256_set1_ps(k), vq = _mm256_set1_ps(q);
+    uint32_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256 sj = _mm256_add_ps(_mm256_loadu_ps(s + j), _mm256_mul_ps(vk, _mm256_loadu_ps(delta + j)));
+        _mm256_storeu_ps(s + j, sj);
+        _mm256_storeu_ps(o + j, _mm256_add_ps(_mm256_loadu_ps(o + j), _mm256_mul_ps(sj, vq)));
+    }
+    wk_update_read_generic(s + j, k, delta + j, q, o + j, n - j);
+}
+AVX512 static void decay_read_avx512(float *s, float e, float k, float *r, uint32_t n) {
+    __m512 ve = _mm512_set1_ps(e), vk = _mm512_set1_ps(k);
+    uint32_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+        __m512 sj = _mm512_mul_ps(_mm512_loadu_ps(s + j), ve);
+        _mm512_storeu_ps(s + j, sj);
+        _mm512_storeu_ps(r + j, _mm512_add_ps(_mm512_loadu_ps(r + j), _mm512_mul_ps(sj, vk)));
+    }
+    wk_decay_read_generic(s + j, e, k, r + j, n - j);
+}
+AVX512 static void update_read_avx512(float *s, float k, const float *delta, float q, float *o, uint32_t n) {
+    __m512 vk = _mm512_set1_ps(k), vq = _mm512_set1_ps(q);
+    uint32_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+        __m512 sj = _mm512_add_ps(_mm512_loadu_ps(s + j), _mm512_mul_ps(vk, _mm512_loadu_ps(delta + j)));
+        _mm512_storeu_ps(s + j, sj);
+        _mm512_storeu_ps(o + j, _mm512_add_ps(_mm512_loadu_ps(o + j), _mm512_mul_ps(sj, vq)));
+    }
+    wk_update_read_generic(s + j, k, delta + j, q, o + j, n - j);
+}
+
 const wk_kernels wk_avx2_kernels = {"avx2", dot_f32_avx2, dot_bf16_avx2, dot_int8_avx2, dot_int4_avx2, dot_mxfp4_avx2,
-                                    rows_avx2, rows_q8_avx2};
+                                    rows_avx2, rows_q8_avx2, decay_read_avx2, update_read_avx2};
 const wk_kernels wk_avx512_kernels = {"avx512", dot_f32_avx512, dot_bf16_avx512, dot_int8_avx512, dot_int4_avx512,
-                                      dot_mxfp4_avx512, rows_avx512, rows_q8_avx2};
+                                      dot_mxfp4_avx512, rows_avx512, rows_q8_avx2, decay_read_avx512,
+                                      update_read_avx512};
 /* AVX-512 with VNNI (and VL, BW): the same set, its q8 integer dots by vpdpbusd (exact, so
  * the same bits as the maddubs form). */
 const wk_kernels wk_avx512vnni_kernels = {"avx512", dot_f32_avx512, dot_bf16_avx512, dot_int8_avx512, dot_int4_avx512,
-                                          dot_mxfp4_avx512, rows_avx512, rows_q8_vnni};
+                                          dot_mxfp4_avx512, rows_avx512, rows_q8_vnni, decay_read_avx512,
+                                          update_read_avx512};
 #endif

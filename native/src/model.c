@@ -431,6 +431,38 @@ static void matvec(waste_ctx *ctx, const wm_mat *m, const float *x, float *y) {
 }
 
 /* ==== KDA ========================================================================== */
+/* The delta rule of heads [h0, h1) for one token, decay first. S: [d keys][d values]. Each
+ * head owns its state, its output and its scratch (r, delta: [Hk][d]), so heads split over
+ * the pool give the same bits at any thread count. Row i of S is decayed and read (r), then
+ * updated and read (o), in one pass each: every r[j] and o[j] still sums its rows in
+ * ascending i, and every S element sees the same operations as in four separate passes. */
+typedef struct {
+    waste_ctx *ctx; const wm_layer *L; uint32_t l;
+    const float *q, *k, *v, *g, *beta, *z;
+    float *r, *delta, *y;
+} kda_job;
+
+static void kda_heads(void *arg, uint32_t h0, uint32_t h1) {
+    const kda_job *j = arg;
+    waste_ctx *ctx = j->ctx;
+    const wc_config *c = &ctx->c.cfg;
+    const wk_kernels *K = ctx->k;
+    uint32_t d = c->kda_dim;
+    // S: [Hk][d][d]; r, delta, y: [Hk][d]
+    for (uint32_t h = h0; h < h1; h++) {
+        float *S = ctx->S[j->l] + (uint64_t)h * d * d;
+        const float *kh = j->k + h * d, *qh = j->q + h * d, *vh = j->v + h * d, *gh = j->g + h * d;
+        float *r = j->r + h * d, *delta = j->delta + h * d, *o = j->y + h * d;
+        for (uint32_t jj = 0; jj < d; jj++) r[jj] = 0.0f;
+        for (uint32_t i = 0; i < d; i++) K->decay_read(S + (uint64_t)i * d, wn_expf(gh[i]), kh[i], r, d);
+        for (uint32_t jj = 0; jj < d; jj++) delta[jj] = (vh[jj] - r[jj]) * j->beta[h];
+        for (uint32_t jj = 0; jj < d; jj++) o[jj] = 0.0f;
+        for (uint32_t i = 0; i < d; i++) K->update_read(S + (uint64_t)i * d, kh[i], delta, qh[i], o, d);
+        rmsnorm(o, o, j->L->o_norm, d, c->rms_eps);
+        for (uint32_t jj = 0; jj < d; jj++) o[jj] *= sigmoidf_(j->z[h * d + jj]);
+    }
+}
+
 static void kda_step(waste_ctx *ctx, uint32_t l, const float *xn, float *out) {
     const wc_config *c = &ctx->c.cfg;
     const wm_layer *L = &ctx->layers[l];
@@ -488,28 +520,11 @@ static void kda_step(waste_ctx *ctx, uint32_t l, const float *xn, float *out) {
         matvec(ctx, &L->g_a, xn, fa);
         matvec(ctx, &L->g_b, fa, z);
     }
-    /* Delta rule per head, decay first. S: [d keys][d values]. */
-    // S: [Hk][d][d]; r, delta: [d]; y: [Hk][d] -> out: [H]
-    for (uint32_t h = 0; h < Hk; h++) {
-        float *S = ctx->S[l] + (uint64_t)h * d * d;
-        const float *kh = k + h * d, *qh = q + h * d, *vh = v + h * d, *gh = g + h * d;
-        for (uint32_t i = 0; i < d; i++) {
-            float e = wn_expf(gh[i]);
-            for (uint32_t j = 0; j < d; j++) S[i * d + j] *= e;
-        }
-        for (uint32_t j = 0; j < d; j++) r[j] = 0.0f;
-        for (uint32_t i = 0; i < d; i++)
-            for (uint32_t j = 0; j < d; j++) r[j] += S[i * d + j] * kh[i];
-        for (uint32_t j = 0; j < d; j++) delta[j] = (vh[j] - r[j]) * beta[h];
-        for (uint32_t i = 0; i < d; i++)
-            for (uint32_t j = 0; j < d; j++) S[i * d + j] += kh[i] * delta[j];
-        float *o = y + h * d;
-        for (uint32_t j = 0; j < d; j++) o[j] = 0.0f;
-        for (uint32_t i = 0; i < d; i++)
-            for (uint32_t j = 0; j < d; j++) o[j] += S[i * d + j] * qh[i];
-        rmsnorm(o, o, L->o_norm, d, c->rms_eps);
-        for (uint32_t j = 0; j < d; j++) o[j] *= sigmoidf_(z[h * d + j]);
-    }
+    /* Delta rule per head (kda_heads), the heads split over the pool. */
+    // r, delta: [Hk][d] (buf 8, 9 hold max_width ≥ Hk·d); y: [Hk][d] -> out: [H]
+    kda_job job = {ctx, L, l, q, k, v, g, beta, z, r, delta, y};
+    if (Hk > 1 && wp_size(ctx->pool) > 1) wp_run(ctx->pool, Hk, kda_heads, &job);
+    else kda_heads(&job, 0, Hk);
     matvec(ctx, &L->o_proj, y, out);
 }
 

@@ -126,6 +126,48 @@ static int kernel_sets_agree(void) {
     return compared;
 }
 
+/* The KDA state rows of every set against the formula written out here, element by element
+ * (a product rounded, then a sum rounded; volatile keeps the compiler from fusing them), on
+ * lengths that leave SIMD tails, values spanning subnormals, and each set's own bits. */
+static int kda_rows_agree(void) {
+    const wk_kernels *sets[3] = {wk_select(WASTE_KERNELS_GENERIC, NULL), wk_select(WASTE_KERNELS_AVX2, NULL),
+                                 wk_select(WASTE_KERNELS_AVX512, NULL)};
+    static const uint32_t ns[] = {1, 7, 8, 15, 16, 17, 64, 128, 131};
+    int compared = 0;
+    for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
+        uint32_t n = ns[k];
+        float s0[131], r0[131], dl[131], s[131], r[131], ws[131], wr[131];
+        for (int trial = 0; trial < 20; trial++) {
+            float scale = trial == 0 ? 0x1p-140f : 1.0f;   /* trial 0: subnormal products */
+            for (uint32_t j = 0; j < n; j++) { s0[j] = rndf() * scale; r0[j] = rndf(); dl[j] = rndf(); }
+            float e = 0.5f + 0.5f * rndf(), kk = rndf(), q = rndf();
+            for (int op = 0; op < 2; op++) {
+                for (uint32_t j = 0; j < n; j++) {   /* the formula */
+                    volatile float p, t;
+                    if (op == 0) { ws[j] = s0[j] * e; p = ws[j] * kk; wr[j] = r0[j] + p; }
+                    else { p = kk * dl[j]; ws[j] = s0[j] + p; t = ws[j] * q; wr[j] = r0[j] + t; }
+                }
+                for (int si = 0; si < 3; si++) {
+                    if (!sets[si]) continue;
+                    memcpy(s, s0, n * sizeof *s); memcpy(r, r0, n * sizeof *r);
+                    if (op == 0) sets[si]->decay_read(s, e, kk, r, n);
+                    else sets[si]->update_read(s, kk, dl, q, r, n);
+                    for (uint32_t j = 0; j < n; j++) {
+                        if (bits(s[j]) != bits(ws[j]) || bits(r[j]) != bits(wr[j])) {
+                            printf("FAIL: %s %s n=%u trial %d element %u: s %a r %a, formula s %a r %a\n",
+                                   sets[si]->name, op ? "update_read" : "decay_read", n, trial, j, s[j], r[j], ws[j], wr[j]);
+                            failures++;
+                            break;
+                        }
+                    }
+                    compared++;
+                }
+            }
+        }
+    }
+    return compared;
+}
+
 /* A random quantized matrix of `rows` rows (scales as in kernel_sets_agree, int8 q any byte). */
 static uint8_t *random_matrix(int32_t fmt, uint32_t group, uint32_t rows, uint32_t n, int subnormal) {
     uint64_t rb = wf_row_bytes(fmt, group, n);
@@ -240,6 +282,7 @@ int main(void) {
     mxfp4_layout();
     int compared = kernel_sets_agree();
     int compared_q8 = q8_path();
+    printf("test_kernels: %d KDA state-row calls compared with the formula\n", kda_rows_agree());
     printf("test_kernels: %d q8 rows compared with generic\n", compared_q8);
     printf("test_kernels: int4/mxfp4 decode tables checked; %d SIMD dot products compared with generic (%s%s)\n", compared,
            wk_select(WASTE_KERNELS_AVX2, NULL) ? "avx2" : "no avx2", wk_select(WASTE_KERNELS_AVX512, NULL) ? ", avx512" : ", no avx512");
