@@ -430,6 +430,41 @@ static void matvec(waste_ctx *ctx, const wm_mat *m, const float *x, float *y) {
     else mv_rows(&j, 0, m->rows);
 }
 
+/* ys[i][rows of ms[i]] = ms[i]·x for n ≤ 6 matrices of one input width: x quantized once
+ * (WASTE_ACT_Q8) and every row of every matrix in one fork-join, rows numbered through the
+ * matrices in order. Each row is computed exactly as matvec does it, by one worker. */
+#define MV_MANY 6
+typedef struct {
+    const wk_kernels *k; const wm_mat *m[MV_MANY]; float *y[MV_MANY]; uint32_t start[MV_MANY + 1]; uint32_t n;
+    const float *x; const int8_t *xq; const float *xd;
+} mv_many_job;
+
+static void mv_many_rows(void *arg, uint32_t b, uint32_t e) {
+    const mv_many_job *j = arg;
+    for (uint32_t i = 0; i < j->n; i++) {
+        uint32_t lo = MAX(b, j->start[i]), hi = MIN(e, j->start[i + 1]);
+        if (lo < hi) wk_matvec_rows(j->k, j->m[i], lo - j->start[i], hi - j->start[i], j->x, j->xq, j->xd, j->y[i]);
+    }
+}
+
+static void matvec_many(waste_ctx *ctx, uint32_t n, const wm_mat *const *ms, const float *x, float *const *ys) {
+    mv_many_job j = {.k = ctx->k, .n = n, .x = x};
+    uint64_t work = 0;
+    int q8 = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        j.m[i] = ms[i]; j.y[i] = ys[i];
+        j.start[i + 1] = j.start[i] + ms[i]->rows;
+        work += (uint64_t)ms[i]->rows * ms[i]->cols;
+        q8 |= ctx->act_q8 && wk_q8_format(ms[i]->fmt);
+    }
+    if (q8) {
+        wk_quantize_q8(x, ms[0]->cols, ctx->xq, ctx->xd);
+        j.xq = ctx->xq; j.xd = ctx->xd;
+    }
+    if (work >= 4096 && wp_size(ctx->pool) > 1) wp_run(ctx->pool, j.start[n], mv_many_rows, &j);
+    else mv_many_rows(&j, 0, j.start[n]);
+}
+
 /* ==== KDA ========================================================================== */
 /* The delta rule of heads [h0, h1) for one token, decay first. S: [d keys][d values]. Each
  * head owns its state, its output and its scratch (r, delta: [Hk][d]), so heads split over
@@ -470,10 +505,13 @@ static void kda_step(waste_ctx *ctx, uint32_t l, const float *xn, float *out) {
     float *p[3] = {ctx->buf[0], ctx->buf[1], ctx->buf[2]};   /* q, k, v: [hd] */
     float *fa = ctx->buf[3], *g = ctx->buf[4], *beta = ctx->buf[5], *z = ctx->buf[6], *y = ctx->buf[7];
     float *r = ctx->buf[8], *delta = ctx->buf[9];
-    // xn: [H] -> p[q|k|v]: [hd] (hd = Hk * d)
-    matvec(ctx, &L->q_proj, xn, p[0]);
-    matvec(ctx, &L->k_proj, xn, p[1]);
-    matvec(ctx, &L->v_proj, xn, p[2]);
+    /* Every projection of xn in one fork-join: q, k, v, f_a, b_proj and the full gate. */
+    // xn: [H] -> p[q|k|v]: [hd] (hd = Hk * d), fa: [d], beta: [Hk], z: [hd] (full gate)
+    {
+        const wm_mat *ms[] = {&L->q_proj, &L->k_proj, &L->v_proj, &L->f_a, &L->b_proj, &L->kda_g};
+        float *ys[] = {p[0], p[1], p[2], fa, beta, z};
+        matvec_many(ctx, c->kda_full_gate ? 6 : 5, ms, xn, ys);
+    }
     /* Short conv over the last K-1 pre-conv inputs plus the current one, then SiLU. */
     // conv state st: [3][hd][K-1] (oldest tap first), taps w: [hd][K]
     for (int ch = 0; ch < 3; ch++) {
@@ -500,8 +538,7 @@ static void kda_step(waste_ctx *ctx, uint32_t l, const float *xn, float *out) {
     }
     /* Per-channel decay gate, a = f_b(f_a x) + dt_bias: g = -exp(A_log[h]) * softplus(a), or
      * with the lower bound λ (docs/ENGINE.md §4.2.6) g = λ * σ(exp(A_log[h]) * a), no softplus. */
-    // xn: [H] -> fa: [d] -> g: [hd]; a_log: [Hk], dt_bias: [hd]
-    matvec(ctx, &L->f_a, xn, fa);
+    // fa: [d] -> g: [hd]; a_log: [Hk], dt_bias: [hd]
     matvec(ctx, &L->f_b, fa, g);
     if (c->lower_bound) {
         for (uint32_t i = 0; i < hd; i++) g[i] = c->gate_lb * sigmoidf_(wn_expf(L->a_log[i / d]) * (g[i] + L->dt_bias[i]));
@@ -511,12 +548,9 @@ static void kda_step(waste_ctx *ctx, uint32_t l, const float *xn, float *out) {
             g[i] = -wn_expf(L->a_log[i / d]) * softplusf_(a);
         }
     }
-    // beta: [Hk]; z: [hd] (full-rank g_proj: [hd][H], or g_b: [hd][d] after g_a: [d][H])
-    matvec(ctx, &L->b_proj, xn, beta);
+    // beta: [Hk]; z: [hd] (full-rank g_proj: [hd][H], done above, or g_b: [hd][d] after g_a: [d][H])
     for (uint32_t h = 0; h < Hk; h++) beta[h] = sigmoidf_(beta[h]);
-    if (c->kda_full_gate) {
-        matvec(ctx, &L->kda_g, xn, z);
-    } else {
+    if (!c->kda_full_gate) {
         matvec(ctx, &L->g_a, xn, fa);
         matvec(ctx, &L->g_b, fa, z);
     }
@@ -596,8 +630,9 @@ static void swiglu(waste_ctx *ctx, const wm_mat *gate, const wm_mat *up, const w
     const wc_config *c = &ctx->c.cfg;
     float *g = ctx->buf[9], *u = ctx->buf[10];
     // x: [gate->cols] -> g, u: [I] (gate->rows) -> y: [down->rows]
-    matvec(ctx, gate, x, g);
-    matvec(ctx, up, x, u);
+    const wm_mat *gu[] = {gate, up};
+    float *ys[] = {g, u};
+    matvec_many(ctx, 2, gu, x, ys);
     if (!c->situ) {
         for (uint32_t i = 0; i < gate->rows; i++) g[i] = siluf_(g[i]) * u[i];
     } else {
