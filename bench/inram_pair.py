@@ -3,8 +3,9 @@
 ``.venv/bin/python bench/inram_pair.py CONTAINER GGUF [TOKENS]`` with the container and GGUF a
 ``bench_engine.py --peer --out DIR`` run kept in DIR (``*.synth.waste``, ``*.Q8_0.gguf``). Each
 run is ``peer_decode.py --twice`` (decode once untimed, reset, then time TOKENS tokens after 8
-prompt and 4 warm-up tokens) at nice 19 with ``OMP_WAIT_POLICY=passive`` (llama.cpp's OpenMP
-threads otherwise spin on a loaded machine) and llama.cpp's extra weight buffers off (they
+prompt and 4 warm-up tokens) at nice 19 with ``OMP_WAIT_POLICY=passive`` unless the caller's
+environment sets it (llama.cpp's OpenMP threads spin otherwise: much slower on a loaded machine,
+faster on a quiet one, where ``OMP_WAIT_POLICY=active`` is the fair choice) and llama.cpp's extra weight buffers off (they
 abort on this model on an AMX CPU). Prints one JSON line per run, then the means.
 """
 import json, os, subprocess, sys, time
@@ -19,7 +20,8 @@ budget, _ = budget_for(Path(cont), NativeOptions(ctx_tokens=128, usage_path="", 
 prompt = json.dumps([17, 250, 33, 401, 8, 77, 129, 300])
 tokens = int(sys.argv[3]) if len(sys.argv) > 3 else 32
 common = ["--prompt", prompt, "--warmup", "4", "--tokens", str(tokens), "--threads", "2", "--twice"]
-env = dict(os.environ, OMP_WAIT_POLICY="passive")
+env = dict(os.environ)
+env.setdefault("OMP_WAIT_POLICY", "passive")  # OMP_WAIT_POLICY=active in the caller's env: spin (quiet machine)
 runs = []
 for rep in range(2):
     for name, cmd in (

@@ -251,8 +251,16 @@ Q8VNNI static inline __m256i dot_vnni(__m256i w, __m256i x) {
             const uint8_t *w2 = w1 + m->row_bytes, *w3 = w2 + m->row_bytes;                                 \
             __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00,        \
                    a30 = a00, a31 = a00;                                                                      \
+            /* The next four rows (contiguous) are prefetched along the way, a share of them per  \
+             * block: the hardware prefetchers stop at page boundaries, which rows cross often. */ \
+            const uint8_t *next = w0 + 4 * m->row_bytes;                                                      \
+            const uint64_t pf_step = (4 * m->row_bytes + nb - 1) / nb;                                        \
             for (uint32_t b = 0; b < nb; b++) {                                                               \
                 uint64_t go = (uint64_t)(b >> sh) * gbytes, bo = go + HDR + (uint64_t)(b & tmask) * (BBYTES);\
+                if (r + 8 <= r1) {                                                                            \
+                    const char *pf = (const char *)next + b * pf_step;                                        \
+                    for (uint64_t o = 0; o < pf_step + 63; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);        \
+                }                                                                                             \
                 __m256i xv = _mm256_loadu_si256((const __m256i *)(xq + 32 * (uint64_t)b));                   \
                 float xs = xd[b];                                                                             \
                 __m256 p0 = _mm256_cvtepi32_ps(DOT(LOADW(w0 + bo), xv));                                     \
@@ -345,8 +353,14 @@ static inline float scale_e8m0(const uint8_t *g) { return wk_e8m0_half(g[0]); }
         for (; r + 4 <= r1; r += 4) {                                                                         \
             const uint8_t *w0 = m->data + (uint64_t)r * rb, *w1 = w0 + rb, *w2 = w1 + rb, *w3 = w2 + rb;   \
             __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                                      \
+            const uint8_t *next = w0 + 4 * rb; /* prefetched along the way, as in Q8_ROWS */                 \
+            const uint64_t pf_step = (4 * rb + ng - 1) / ng;                                                  \
             for (uint32_t g = 0; g < ng; g++) {                                                               \
                 const uint64_t go = (uint64_t)g * gb;                                                         \
+                if (r + 8 <= r1) {                                                                            \
+                    const char *pf = (const char *)next + g * pf_step;                                        \
+                    for (uint64_t o = 0; o < pf_step + 63; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);        \
+                }                                                                                             \
                 __m512 s0 = _mm512_set1_ps(SCALE(w0 + go)), s1 = _mm512_set1_ps(SCALE(w1 + go));             \
                 __m512 s2 = _mm512_set1_ps(SCALE(w2 + go)), s3 = _mm512_set1_ps(SCALE(w3 + go));             \
                 const uint8_t *q0 = w0 + go + HDR, *q1 = w1 + go + HDR, *q2 = w2 + go + HDR, *q3 = w3 + go + HDR; \
