@@ -396,47 +396,30 @@ static void rows_avx512(const wm_mat *m, uint32_t r0, uint32_t r1, const float *
 }
 
 /* KDA state rows: separate multiplies and adds (no FMA), so each element is the generic one;
- * the tail is the generic loop. */
-AVX2 static void decay_read_avx2(float *s, float e, float k, float *r, uint32_t n) {
-    __m256 ve = _mm256_set1_ps(e), vk = _mm256_set1_ps(k);
-    uint32_t j = 0;
-    for (; j + 8 <= n; j += 8) {
-        __m256 sj = _mm256_mul_ps(_mm256_loadu_ps(s + j), ve);
-        _mm256_storeu_ps(s + j, sj);
-        _mm256_storeu_ps(r + j, _mm256_add_ps(_mm256_loadu_ps(r + j), _mm256_mul_ps(sj, vk)));
+ * the tail is the generic loop. One body per vector width. */
+#define KDA_ROWS(W, ATTR, V, LANES, LOAD, STORE, MUL, ADD, SET1)                                           \
+    ATTR static void decay_read_##W(float *s, float e, float k, float *r, uint32_t n) {                  \
+        V ve = SET1(e), vk = SET1(k);                                                                     \
+        uint32_t j = 0;                                                                                   \
+        for (; j + LANES <= n; j += LANES) {                                                              \
+            V sj = MUL(LOAD(s + j), ve);                                                                  \
+            STORE(s + j, sj);                                                                             \
+            STORE(r + j, ADD(LOAD(r + j), MUL(sj, vk)));                                                  \
+        }                                                                                                 \
+        wk_decay_read_generic(s + j, e, k, r + j, n - j);                                                 \
+    }                                                                                                     \
+    ATTR static void update_read_##W(float *s, float k, const float *delta, float q, float *o, uint32_t n) { \
+        V vk = SET1(k), vq = SET1(q);                                                                     \
+        uint32_t j = 0;                                                                                   \
+        for (; j + LANES <= n; j += LANES) {                                                              \
+            V sj = ADD(LOAD(s + j), MUL(vk, LOAD(delta + j)));                                            \
+            STORE(s + j, sj);                                                                             \
+            STORE(o + j, ADD(LOAD(o + j), MUL(sj, vq)));                                                  \
+        }                                                                                                 \
+        wk_update_read_generic(s + j, k, delta + j, q, o + j, n - j);                                     \
     }
-    wk_decay_read_generic(s + j, e, k, r + j, n - j);
-}
-AVX2 static void update_read_avx2(float *s, float k, const float *delta, float q, float *o, uint32_t n) {
-    __m256 vk = _mm256_set1_ps(k), vq = _mm256_set1_ps(q);
-    uint32_t j = 0;
-    for (; j + 8 <= n; j += 8) {
-        __m256 sj = _mm256_add_ps(_mm256_loadu_ps(s + j), _mm256_mul_ps(vk, _mm256_loadu_ps(delta + j)));
-        _mm256_storeu_ps(s + j, sj);
-        _mm256_storeu_ps(o + j, _mm256_add_ps(_mm256_loadu_ps(o + j), _mm256_mul_ps(sj, vq)));
-    }
-    wk_update_read_generic(s + j, k, delta + j, q, o + j, n - j);
-}
-AVX512 static void decay_read_avx512(float *s, float e, float k, float *r, uint32_t n) {
-    __m512 ve = _mm512_set1_ps(e), vk = _mm512_set1_ps(k);
-    uint32_t j = 0;
-    for (; j + 16 <= n; j += 16) {
-        __m512 sj = _mm512_mul_ps(_mm512_loadu_ps(s + j), ve);
-        _mm512_storeu_ps(s + j, sj);
-        _mm512_storeu_ps(r + j, _mm512_add_ps(_mm512_loadu_ps(r + j), _mm512_mul_ps(sj, vk)));
-    }
-    wk_decay_read_generic(s + j, e, k, r + j, n - j);
-}
-AVX512 static void update_read_avx512(float *s, float k, const float *delta, float q, float *o, uint32_t n) {
-    __m512 vk = _mm512_set1_ps(k), vq = _mm512_set1_ps(q);
-    uint32_t j = 0;
-    for (; j + 16 <= n; j += 16) {
-        __m512 sj = _mm512_add_ps(_mm512_loadu_ps(s + j), _mm512_mul_ps(vk, _mm512_loadu_ps(delta + j)));
-        _mm512_storeu_ps(s + j, sj);
-        _mm512_storeu_ps(o + j, _mm512_add_ps(_mm512_loadu_ps(o + j), _mm512_mul_ps(sj, vq)));
-    }
-    wk_update_read_generic(s + j, k, delta + j, q, o + j, n - j);
-}
+KDA_ROWS(avx2, AVX2, __m256, 8, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_mul_ps, _mm256_add_ps, _mm256_set1_ps)
+KDA_ROWS(avx512, AVX512, __m512, 16, _mm512_loadu_ps, _mm512_storeu_ps, _mm512_mul_ps, _mm512_add_ps, _mm512_set1_ps)
 
 const wk_kernels wk_avx2_kernels = {"avx2", dot_f32_avx2, dot_bf16_avx2, dot_int8_avx2, dot_int4_avx2, dot_mxfp4_avx2,
                                     rows_avx2, rows_q8_avx2, decay_read_avx2, update_read_avx2};
