@@ -12,6 +12,7 @@ import trio
 
 from tests.contract.engines import serve
 from tests.contract.serving import fake, running, state_of
+from tests.contract.vllm_server import MAX_MODEL_LEN
 from waste.app import Settings
 from waste.domain.ports import EngineFormatError
 
@@ -58,7 +59,7 @@ def test_models_list_and_one(served, client):
     assert waste["arch"] == identity["arch"]
     if served.kind == "vllm":  # the shape is the remote engine's; what it is, is said
         assert waste["engine"].startswith("vllm ") and waste["engine"].endswith(" serving tiny")
-        assert waste["vocab"] == 660 and waste["ctx_tokens"] == 2048
+        assert waste["vocab"] == 660 and waste["ctx_tokens"] == MAX_MODEL_LEN
     else:
         assert waste["n_layers"] == 4 and waste["top_k"] == 2
         assert waste["params_total"] > waste["params_active"] > 0

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Callable
 
 import httpx
 import pytest
@@ -108,12 +109,13 @@ def test_concurrent_greedy_answers_equal_vllm_direct(remote, vllm_server):
 
 
 def leave_after_first_chunk(base: str, path: str, body: dict,
-                            first_chunk: threading.Event | None = None) -> str:
-    """A client that leaves abruptly: one SSE chunk read (``first_chunk`` set then), then its
-    socket closes with a reset (SO_LINGER 0), which the server sees at once. (A plain close
-    is a FIN, which the server answers as a possible half-close and detects by its next
-    failing write, docs/HTTP.md §6: vLLM can stream this tiny model's whole answer before
-    that.)"""
+                            first_chunk: threading.Event | None = None,
+                            before_leaving: Callable[[], None] | None = None) -> str:
+    """A client that leaves abruptly: one SSE chunk read (``first_chunk`` set then, and
+    ``before_leaving`` called), then its socket closes with a reset (SO_LINGER 0), which the
+    server sees at once. (A plain close is a FIN, which the server answers as a possible
+    half-close and detects by its next failing write, docs/HTTP.md §6: vLLM can stream this
+    tiny model's whole answer before that.)"""
     host, port = base.removeprefix("http://").rsplit(":", 1)
     payload = json.dumps(body).encode()
     with socket.create_connection((host, int(port)), timeout=120) as sock:
@@ -125,6 +127,8 @@ def leave_after_first_chunk(base: str, path: str, body: dict,
             assert chunk, f"the stream ended before its first chunk: {seen[-300:]!r}"
             seen += chunk
         assert seen.startswith(b"HTTP/1.1 200"), seen[:200]
+        if before_leaving is not None:
+            before_leaving()
         if first_chunk is not None:
             first_chunk.set()
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
@@ -164,11 +168,14 @@ def test_one_stream_cancelled_the_others_finish_and_vllm_aborts_it(remote, vllm_
     # meanwhile.
     results: dict[int, object] = {}
     leaving = threading.Event()
+    generated_when_left: list[float] = []  # vLLM's generated tokens as the leaver leaves
 
     def client(i: int) -> None:
         if i == 0:
             results[i] = leave_after_first_chunk(
-                remote.base, "/v1/completions", body | {"max_tokens": LEAVER_TOKENS}, leaving)
+                remote.base, "/v1/completions", body | {"max_tokens": LEAVER_TOKENS}, leaving,
+                lambda: generated_when_left.append(
+                    vllm_server.metric("vllm:generation_tokens_total") - generated_before))
             return
         assert leaving.wait(LOG_LIMIT_S), "the leaver never got its first chunk"
         with httpx.Client(base_url=remote.base, timeout=120) as c, \
@@ -185,6 +192,13 @@ def test_one_stream_cancelled_the_others_finish_and_vllm_aborts_it(remote, vllm_
     counts = engine.record.generated[before:]  # the leaver's first: it started alone
     assert counts[0] < LEAVER_TOKENS and counts[1:] == [OTHER_TOKENS] * 3
     assert remote.service.requests_cancelled == cancelled_before + 1
+    if generated_when_left[0] >= LEAVER_TOKENS:
+        # Measured in CI: vLLM's API server, starved of CPU by its own engine and the suite,
+        # may stream an answer only once it is whole (docs/DECISIONS.md); the leaver's first
+        # chunk then comes after vLLM finished, and there is nothing left to abort.
+        pytest.skip("vLLM had finished the leaver's request before its first chunk reached "
+                    "the leaver (its API server streamed the whole answer at its end), so no "
+                    "abort could be observed")
     assert vllm_server.wait_for_lines(ABORTED, aborted_before + 1, LOG_LIMIT_S), \
         "vLLM never logged the leaver's abort"
     assert vllm_server.count_lines(ABORTED) == aborted_before + 1
