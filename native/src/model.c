@@ -411,28 +411,10 @@ static void rmsnorm(float *y, const float *x, const float *w, uint32_t n, float 
     for (uint32_t i = 0; i < n; i++) y[i] = w[i] * (x[i] * r);
 }
 
-typedef struct { const wk_kernels *k; const wm_mat *m; const float *x; const int8_t *xq; const float *xd; float *y; } mv_job;
-
-static void mv_rows(void *arg, uint32_t b, uint32_t e) {
-    mv_job *j = arg;
-    wk_matvec_rows(j->k, j->m, b, e, j->x, j->xq, j->xd, j->y);
-}
-
-/* y[rows] = M·x; y must not alias x. With WASTE_ACT_Q8 an int8/int4/mxfp4 M meets x
- * quantized once here (cols ≤ maxw: every input is an activation buffer). */
-static void matvec(waste_ctx *ctx, const wm_mat *m, const float *x, float *y) {
-    mv_job j = {ctx->k, m, x, NULL, NULL, y};
-    if (ctx->act_q8 && wk_q8_format(m->fmt)) {
-        wk_quantize_q8(x, m->cols, ctx->xq, ctx->xd);
-        j.xq = ctx->xq; j.xd = ctx->xd;
-    }
-    if ((uint64_t)m->rows * m->cols >= 4096 && wp_size(ctx->pool) > 1) wp_run(ctx->pool, m->rows, mv_rows, &j);
-    else mv_rows(&j, 0, m->rows);
-}
-
-/* ys[i][rows of ms[i]] = ms[i]·x for n ≤ 6 matrices of one input width: x quantized once
- * (WASTE_ACT_Q8) and every row of every matrix in one fork-join, rows numbered through the
- * matrices in order. Each row is computed exactly as matvec does it, by one worker. */
+/* ys[i][rows of ms[i]] = ms[i]·x for n ≤ 6 matrices of one input width; no y aliases x. With
+ * WASTE_ACT_Q8 an int8/int4/mxfp4 matrix meets x quantized once here (cols ≤ maxw: every
+ * input is an activation buffer). Every row of every matrix goes in one fork-join, rows
+ * numbered through the matrices in order, each row computed by one worker. */
 #define MV_MANY 6
 typedef struct {
     const wk_kernels *k; const wm_mat *m[MV_MANY]; float *y[MV_MANY]; uint32_t start[MV_MANY + 1]; uint32_t n;
@@ -463,6 +445,11 @@ static void matvec_many(waste_ctx *ctx, uint32_t n, const wm_mat *const *ms, con
     }
     if (work >= 4096 && wp_size(ctx->pool) > 1) wp_run(ctx->pool, j.start[n], mv_many_rows, &j);
     else mv_many_rows(&j, 0, j.start[n]);
+}
+
+/* y[rows] = M·x; y must not alias x. */
+static void matvec(waste_ctx *ctx, const wm_mat *m, const float *x, float *y) {
+    matvec_many(ctx, 1, &m, x, &y);
 }
 
 /* ==== KDA ========================================================================== */
