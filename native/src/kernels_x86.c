@@ -14,6 +14,15 @@
 /* (avx2 implies SSSE3's pshufb, used for the E2M1 table lookup.) fp16 scales are widened by
  * F16C's vcvtph2ps, exact like wu_fp16_to_f32 (subnormals included). */
 
+/* The four-row kernels below prefetch the next four rows (contiguous) along the way, share s
+ * of `step` bytes at each step of their loop: the hardware prefetchers stop at page
+ * boundaries, which rows cross often. Only when four more rows follow in the range. */
+static inline __attribute__((always_inline)) void prefetch_share(const uint8_t *next, uint64_t step, uint32_t s, int more) {
+    if (!more) return;
+    const char *p = (const char *)next + s * step;
+    for (uint64_t o = 0; o < step + 63; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+}
+
 /* Tail elements continue the lane striping (n0 is a multiple of 16). */
 static float tail_f32(float acc[16], const float *w, const float *x, uint32_t n0, uint32_t n) {
     for (uint32_t i = n0; i < n; i++) acc[i & 15] = __builtin_fmaf(w[i], x[i], acc[i & 15]);
@@ -251,16 +260,10 @@ Q8VNNI static inline __m256i dot_vnni(__m256i w, __m256i x) {
             const uint8_t *w2 = w1 + m->row_bytes, *w3 = w2 + m->row_bytes;                                 \
             __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00,        \
                    a30 = a00, a31 = a00;                                                                      \
-            /* The next four rows (contiguous) are prefetched along the way, a share of them per  \
-             * block: the hardware prefetchers stop at page boundaries, which rows cross often. */ \
-            const uint8_t *next = w0 + 4 * m->row_bytes;                                                      \
-            const uint64_t pf_step = (4 * m->row_bytes + nb - 1) / nb;                                        \
+            const uint64_t pf_step = (4 * m->row_bytes + nb - 1) / nb; /* prefetch_share */                  \
             for (uint32_t b = 0; b < nb; b++) {                                                               \
                 uint64_t go = (uint64_t)(b >> sh) * gbytes, bo = go + HDR + (uint64_t)(b & tmask) * (BBYTES);\
-                if (r + 8 <= r1) {                                                                            \
-                    const char *pf = (const char *)next + b * pf_step;                                        \
-                    for (uint64_t o = 0; o < pf_step + 63; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);        \
-                }                                                                                             \
+                prefetch_share(w0 + 4 * m->row_bytes, pf_step, b, r + 8 <= r1);                               \
                 __m256i xv = _mm256_loadu_si256((const __m256i *)(xq + 32 * (uint64_t)b));                   \
                 float xs = xd[b];                                                                             \
                 __m256 p0 = _mm256_cvtepi32_ps(DOT(LOADW(w0 + bo), xv));                                     \
@@ -353,14 +356,10 @@ static inline float scale_e8m0(const uint8_t *g) { return wk_e8m0_half(g[0]); }
         for (; r + 4 <= r1; r += 4) {                                                                         \
             const uint8_t *w0 = m->data + (uint64_t)r * rb, *w1 = w0 + rb, *w2 = w1 + rb, *w3 = w2 + rb;   \
             __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                                      \
-            const uint8_t *next = w0 + 4 * rb; /* prefetched along the way, as in Q8_ROWS */                 \
-            const uint64_t pf_step = (4 * rb + ng - 1) / ng;                                                  \
+            const uint64_t pf_step = (4 * rb + ng - 1) / ng; /* prefetch_share */                             \
             for (uint32_t g = 0; g < ng; g++) {                                                               \
                 const uint64_t go = (uint64_t)g * gb;                                                         \
-                if (r + 8 <= r1) {                                                                            \
-                    const char *pf = (const char *)next + g * pf_step;                                        \
-                    for (uint64_t o = 0; o < pf_step + 63; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);        \
-                }                                                                                             \
+                prefetch_share(w0 + 4 * rb, pf_step, g, r + 8 <= r1);                                        \
                 __m512 s0 = _mm512_set1_ps(SCALE(w0 + go)), s1 = _mm512_set1_ps(SCALE(w1 + go));             \
                 __m512 s2 = _mm512_set1_ps(SCALE(w2 + go)), s3 = _mm512_set1_ps(SCALE(w3 + go));             \
                 const uint8_t *q0 = w0 + go + HDR, *q1 = w1 + go + HDR, *q2 = w2 + go + HDR, *q3 = w3 + go + HDR; \
