@@ -92,10 +92,12 @@ def test_multiplication_counts_the_larger_factor_up_to_the_smaller():
 def test_a_mirrored_question_writes_the_same_chain():
     """The count after the header is the same text for both orders: what a held-out order
     needs is exactly what its trained mirror wrote."""
+    def chain(a: int, b: int) -> str:
+        return demo_data._mul(a, b).reasoning.split(", counted as ", 1)[1].split(". So ")[0]
+
     for a in range(10):
         for b in range(10):
-            chain = demo_data._mul(a, b).reasoning.split(", counted as ", 1)[1].split(". So ")[0]
-            assert chain == demo_data._mul(b, a).reasoning.split(", counted as ", 1)[1].split(". So ")[0]
+            assert chain(a, b) == chain(b, a)
 
 
 def test_a_held_out_product_s_mirror_is_trained():
