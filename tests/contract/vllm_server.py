@@ -121,14 +121,24 @@ def start_vllm(model_dir: Path, log_path: Path) -> VllmServer:
     """Start vLLM on ``model_dir`` and wait until it serves (or fail with its log tail)."""
     python = require_vllm()
     port = free_port()
-    # The engine's OpenMP threads on CPU 0 only: bound to every core ("auto") they spin on
-    # both of a 2-core machine and starve vLLM's API server, which then streams a request's
-    # chunks only once its whole answer is done (measured: the first chunk of a 3,000-token
-    # answer 6 s late in 4 of 6 tries; bound to one core, 0.03-0.24 s in 6 of 6), and a
-    # stream that sends nothing cannot notice its client leaving, so nothing is aborted.
+    # All of vLLM on one core (the first this process may use), its engine's OpenMP threads
+    # bound to it too. Its engine core process waits for its worker by spinning on
+    # sched_yield, so on two cores the worker's OpenMP thread and that spinner take both, and
+    # on this kernel (6.18, EEVDF) they starved every other process, nice 0 against their 19:
+    # measured with an 8,000-token answer, a client thread of ours slept 14-17 s past its
+    # 50 ms and the API server sent the first chunk only once the answer was whole (in the
+    # suite, waste then relayed nothing the leaver could leave after). On one core: the first
+    # chunk in 0.03-0.07 s, the answer streamed evenly, our thread late by at most 1 ms, the
+    # other core half idle (docs/DECISIONS.md).
+    core = min(os.sched_getaffinity(0))
     env = {**os.environ, "VLLM_HOST_IP": "127.0.0.1", "VLLM_CPU_KVCACHE_SPACE": "1",
-           "VLLM_CPU_OMP_THREADS_BIND": "0",
+           "VLLM_CPU_OMP_THREADS_BIND": str(core),
            "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+
+    def lower_and_pin() -> None:  # in the child, before exec
+        os.nice(19)
+        os.sched_setaffinity(0, {core})
+
     command = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
                "--served-model-name", SERVED_ID, "--host", "127.0.0.1", "--port", str(port),
                "--dtype", "float32", "--max-model-len", str(MAX_MODEL_LEN), "--enforce-eager",
@@ -139,7 +149,7 @@ def start_vllm(model_dir: Path, log_path: Path) -> VllmServer:
     # group is stopped at the end.
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                stdin=subprocess.DEVNULL, text=True, env=env,
-                               start_new_session=True, preexec_fn=lambda: os.nice(19))
+                               start_new_session=True, preexec_fn=lower_and_pin)
     server = VllmServer(base=f"http://127.0.0.1:{port}", process=process, log_path=log_path)
     pump = threading.Thread(target=server._pump, name="vllm-log", daemon=True)
     pump.start()
