@@ -4,8 +4,8 @@ converted by the project's converter, served by libwaste over HTTP on a real soc
 108 held-out conversations (questions never trained on, every task family, tool calls and tool
 results included) must all come back well formed: reasoning in ``reasoning_content``, the
 answer in ``content`` or a ``get_time`` call with JSON-object arguments, the right finish
-reason. The openai client gets the same, blocking and streamed. Being *right* on 95 % of them
-is the issue's bar, which the committed weights do not meet yet: a strict xfail.
+reason. The openai client gets the same, blocking and streamed. At least 95 % of them must be
+*right* (the committed weights: 106 of 108, manifest.json "held_out_engine").
 """
 
 from __future__ import annotations
@@ -74,14 +74,6 @@ def test_every_held_out_reply_is_well_formed(held_out):
     assert not malformed, malformed
 
 
-# The committed weights are well formed on every held-out conversation but score below the
-# issue's bar (manifest.json "held_out_engine"): a strict xfail, so a retrained model that
-# meets the bar turns it into a failure until the mark is removed.
-BELOW_THE_BAR = pytest.mark.xfail(strict=True, reason="the committed demo model (3,600 steps) is "
-                                  "right on 95 of 108 held-out questions (88 %), not 95 %")
-
-
-@BELOW_THE_BAR
 def test_held_out_answers_are_right(held_out):
     right, wrong = Counter(), []
     for ex, choice in held_out:

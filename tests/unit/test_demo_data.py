@@ -126,3 +126,22 @@ def test_the_vocabulary_corpus_has_no_word_to_reverse_or_upper_case():
     assert any("Addition." in t for t in texts) and any("get_time" in t for t in texts)
     assert not any(t.startswith(("Reverse.", "Uppercase.")) or "reversed is" in t or "in capitals is" in t
                    for t in texts)
+
+
+def test_piece_words_are_cut_into_the_pieces_they_were_made_of():
+    """demo_data.piece_word on a toy vocabulary whose cut is one letter a piece after a lone
+    space: every word is three letters (two or three pieces, at least three letters), cut as
+    drawn, never a real word, and a pure function of the generator's state."""
+    letters = tuple("abcdefghijklmnopqrstuvwxyz")
+    vocab = demo_data.LetterPieces(letters, lambda text: [" ", *text[1:]])
+    words = [demo_data.piece_word(__import__("random").Random(9), vocab) for _ in range(2)]
+    assert words[0] == words[1]
+    rng = __import__("random").Random(4)
+    made = {demo_data.piece_word(rng, vocab) for _ in range(500)}
+    assert len(made) > 400 and not made & set(demo_data.WORDS)
+    assert all(len(w) == 3 and w.isalpha() for w in made)
+    # The second phase's draws use them for every made-up word.
+    drawn = demo_data.training_examples(0, 3, 200, vocab)
+    words = {ex.reply.content.split(" ")[0] for ex in drawn if ex.family in demo_data.WORD_TASKS}
+    assert any(len(w) == 3 and w not in demo_data.WORDS for w in words)
+    assert all(len(w) == 3 or w in demo_data.WORDS for w in words)

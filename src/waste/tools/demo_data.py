@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-from typing import Iterator
+from typing import Callable, Iterator
 
 import attrs
 
@@ -260,6 +260,34 @@ def pseudo_word(rng: random.Random) -> str:
             return w
 
 
+@attrs.frozen
+class LetterPieces:
+    """A vocabulary's lower-case letter pieces and how it cuts a word: ``cut(" " + w)`` is the
+    pieces of a word as it follows a space (the vocabulary is demo_train's; this module does
+    not tokenize)."""
+
+    pieces: tuple[str, ...]
+    cut: Callable[[str], list[str]]
+
+
+def piece_word(rng: random.Random, vocab: LetterPieces) -> str:
+    """A made-up word of 3 to 8 letters made of two or three letter pieces drawn evenly from
+    the vocabulary (the first may carry the word's space, or the word starts with a lone
+    space), kept only when the vocabulary cuts the word into exactly those pieces: the second
+    training phase's made-up words. The letter statistics of ``pseudo_word`` seldom make a
+    rare piece (`fu`, `ort`: a few times in 2,000 words), and an unseen word made of one was
+    miscopied and misspelled; drawn evenly, each of the ~500 pieces comes ~10 times a 1,000
+    words."""
+    inner = [p for p in vocab.pieces if not p.startswith(" ")]
+    while True:
+        first = rng.choice(vocab.pieces)
+        parts = [first] + [rng.choice(inner) for _ in range(rng.randint(1, 2))]
+        w = "".join(p.lstrip(" ") for p in parts)
+        cut = parts if first.startswith(" ") else [" ", *parts]
+        if 3 <= len(w) <= 8 and w not in _ALL_WORDS and vocab.cut(" " + w) == cut:
+            return w
+
+
 def _is_held_out(family: str, key: tuple, text: str) -> bool:
     if key[0] == "pseudo":  # made-up words are training material only
         return False
@@ -274,9 +302,10 @@ def _is_held_out(family: str, key: tuple, text: str) -> bool:
     return _held_out(*key)
 
 
-def _question(family: str, rng: random.Random, held_out: bool) -> tuple[str, Reply, tuple]:
+def _question(family: str, rng: random.Random, held_out: bool,
+              pieces: LetterPieces | None = None) -> tuple[str, Reply, tuple]:
     """(user text, reply, question key) for one family, drawn from the requested side of the
-    split."""
+    split; with ``pieces``, the made-up words are ``piece_word``s."""
     key: tuple[object, ...]
     while True:
         if family == "add":
@@ -291,7 +320,7 @@ def _question(family: str, rng: random.Random, held_out: bool) -> tuple[str, Rep
             key, text, reply = ("mul", a, b), MUL_Q[q].format(a=a, b=b), _mul(a, b)
         elif family in ("reverse", "upper"):
             if not held_out and rng.random() < PSEUDO_WORD_SHARE:
-                w = pseudo_word(rng)
+                w = piece_word(rng, pieces) if pieces else pseudo_word(rng)
                 key = ("pseudo", w)
             else:
                 w = rng.choice(WORDS)
@@ -335,11 +364,12 @@ def _prior_exchange(rng: random.Random, word_tasks: bool) -> list[dict]:
     return [{"role": "user", "content": text}, assistant]
 
 
-def make_example(family: str, rng: random.Random, *, held_out: bool, word_tasks: bool = True) -> Example:
+def make_example(family: str, rng: random.Random, *, held_out: bool, word_tasks: bool = True,
+                 pieces: LetterPieces | None = None) -> Example:
     """One conversation of ``family`` with a random context (system prompt, tool declaration,
     an earlier exchange, a reasoning effort); without ``word_tasks``, the earlier exchange is
-    never a reversing or upper-casing one."""
-    text, reply, key = _question(family, rng, held_out)
+    never a reversing or upper-casing one; ``pieces`` as ``_question`` takes them."""
+    text, reply, key = _question(family, rng, held_out, pieces)
     messages: list[dict] = []
     if rng.random() < 0.2:
         messages.append({"role": "system", "content": rng.choice(SYSTEM_PROMPTS)})
@@ -369,12 +399,13 @@ def make_example(family: str, rng: random.Random, *, held_out: bool, word_tasks:
     return Example(family=family, body=body, reply=reply)
 
 
-def training_examples(seed: int, step: int, n: int) -> list[Example]:
-    """The ``n`` training conversations of ``step``: a pure function of (seed, step)."""
+def training_examples(seed: int, step: int, n: int, pieces: LetterPieces | None = None) -> list[Example]:
+    """The ``n`` training conversations of ``step``: a pure function of (seed, step, pieces)."""
     rng = random.Random(f"demo-train/{seed}/{step}")
     families = list(MIXTURE)
     weights = [MIXTURE[f] for f in families]
-    return [make_example(rng.choices(families, weights)[0], rng, held_out=False) for _ in range(n)]
+    return [make_example(rng.choices(families, weights)[0], rng, held_out=False, pieces=pieces)
+            for _ in range(n)]
 
 
 def held_out_examples(seed: int, per_family: int) -> list[Example]:

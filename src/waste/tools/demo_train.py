@@ -2,7 +2,8 @@
 
 ``python -m waste.tools.demo_train OUT_DIR [--seed S] [--resume] [--stop-at N]`` builds the
 vocabulary with the project's BPE trainer, trains on ``demo_data`` conversations (loss only on
-what the model writes) with a step-based schedule, checkpoints to OUT_DIR/work/, and writes a
+what the model writes) in two step-based phases (``SCHEDULE``, then ``POLISH`` for the word
+tasks), checkpoints to OUT_DIR/work/ (``--resume`` continues across the phases), and writes a
 Hugging Face checkpoint in bf16 (config.json, model.safetensors, tiktoken.model,
 tokenizer_config.json) plus manifest.json, ready for ``waste.tools.convert``. Deterministic for
 a seed on one machine; needs the ``oracle`` extra (torch, transformers).
@@ -15,6 +16,7 @@ import hashlib
 import json
 import math
 import random
+import re
 import sys
 import time
 from pathlib import Path
@@ -51,6 +53,12 @@ MODEL: dict[str, Any] = dict(
 # ``min_lr_ratio`` × lr at the last step; ``per_batch`` conversations a step (~4.6 k tokens).
 SCHEDULE: dict[str, Any] = dict(steps=3600, per_batch=16, lr=3e-3, warmup=50, min_lr_ratio=0.05,
                                 betas=(0.9, 0.95), weight_decay=0.05, clip=1.0, bias_rate=1e-3)
+# A second phase, from where the first ends (its weights and AdamW moments): the same mixture,
+# but the made-up words made of the vocabulary's letter pieces (demo_data.piece_word)
+# and the reversed or upper-cased answer written one letter a token (``encode``). After the
+# first phase alone the word tasks failed on held-out words whose pieces are rare (a copy of the
+# word from its own guesses instead of the prompt) and on gluing letters back into pieces.
+POLISH: dict[str, Any] = dict(steps=1600, lr=1e-3, warmup=20, min_lr_ratio=0.05)
 
 
 # -- tokenizer -------------------------------------------------------------------------------
@@ -85,11 +93,40 @@ class Tok:
         return self.enc.decode_single_token_bytes(token)
 
 
-def encode(tok: Tok, ex: demo_data.Example) -> tuple[list[int], int]:
-    """(prompt + reply ids, prompt length); checks that the reply parses back by token."""
+def letter_pieces(tok: Tok) -> demo_data.LetterPieces:
+    """The vocabulary's lower-case letter pieces (with or without their leading space) and
+    its cut of a word, for ``demo_data.piece_word``."""
+    words = tuple(sorted(tok.piece(i).decode() for i in range(tok.n_base)
+                         if re.fullmatch(rb" ?[a-z]+", tok.piece(i))))
+    return demo_data.LetterPieces(
+        words, lambda text: [tok.piece(i).decode() for i in tok.enc.encode_ordinary(text)])
+
+
+def _spelled(tok: Tok, text: str, answer: str) -> list[int]:
+    """``text`` encoded with each `` {answer}.`` in it written one byte a token (the same text
+    as its canonical encoding: the server reads text, not ids)."""
+    ids: list[int] = []
+    parts = text.split(f" {answer}.")
+    for k, part in enumerate(parts):
+        ids += tok.enc.encode_ordinary(part)
+        if k < len(parts) - 1:
+            ids += [tok.enc.encode_single_token(bytes([b])) for b in f" {answer}".encode()]
+            ids += tok.enc.encode_ordinary(".")
+    return ids
+
+
+def encode(tok: Tok, ex: demo_data.Example, *, spelled_answers: bool = False) -> tuple[list[int], int]:
+    """(prompt + reply ids, prompt length); checks that the reply parses back by token. With
+    ``spelled_answers`` a word task's answer (the reversed or upper-cased word) is written one
+    letter a token, which the model then copies from its spelled-out reasoning."""
     prompt, thinking = prompt_segments(ex.body)
     reply = reply_segments(ex.reply.message(), thinking=thinking)
     p, r = tok.segments(prompt), tok.segments(reply)
+    if spelled_answers and ex.family in demo_data.WORD_TASKS:
+        answer = ex.reply.content.rsplit(" ", 1)[1].rstrip(".")
+        r = []
+        for seg in reply:
+            r += [tok.special_ids[seg.text]] if seg.markup else _spelled(tok, seg.text, answer)
     message, ended = parse_reply(r, tok.piece, tok.markers, thinking=thinking)
     if not ended or demo_data.grade(ex, message) != (True, True):
         raise AssertionError(f"a training reply does not parse back: {message}")
@@ -116,21 +153,24 @@ def pad_rows(rows: list[tuple[list[int], int]]) -> tuple[torch.Tensor, torch.Ten
     return ids, labels
 
 
-def batch_of(tok: Tok, examples) -> tuple[torch.Tensor, torch.Tensor]:
-    return pad_rows([encode(tok, ex) for ex in examples])
+def batch_of(tok: Tok, examples, *, spelled_answers: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    return pad_rows([encode(tok, ex, spelled_answers=spelled_answers) for ex in examples])
 
 
-def step_batch(tok: Tok, seed: int, step: int, per_batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+def step_batch(tok: Tok, seed: int, step: int, per_batch: int,
+               pieces: demo_data.LetterPieces | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Step ``step``'s batch. Steps come in blocks of ``BLOCK``: a block's conversations are
     sorted by length and cut into ``BLOCK`` batches of ``per_batch`` (little padding, and every
-    drawn conversation is used, so length does not bias the mixture), in a seeded order."""
+    drawn conversation is used, so length does not bias the mixture), in a seeded order. With
+    ``pieces`` (the second phase): piece words and spelled answers."""
     block, slot = divmod(step, BLOCK)
-    if _BLOCK_CACHE.get("key") != (seed, block, per_batch):
-        pool = demo_data.training_examples(seed, block, BLOCK * per_batch)
-        rows = sorted((encode(tok, ex) for ex in pool), key=lambda r: len(r[0]))
+    if _BLOCK_CACHE.get("key") != (seed, block, per_batch, pieces is not None):
+        pool = demo_data.training_examples(seed, block, BLOCK * per_batch, pieces)
+        rows = sorted((encode(tok, ex, spelled_answers=pieces is not None) for ex in pool),
+                      key=lambda r: len(r[0]))
         order = list(range(BLOCK))
         random.Random(f"demo-order/{seed}/{block}").shuffle(order)
-        _BLOCK_CACHE.update(key=(seed, block, per_batch), rows=rows, order=order)
+        _BLOCK_CACHE.update(key=(seed, block, per_batch, pieces is not None), rows=rows, order=order)
     g = _BLOCK_CACHE["order"][slot]
     return pad_rows(_BLOCK_CACHE["rows"][g * per_batch:(g + 1) * per_batch])
 
@@ -187,15 +227,16 @@ def lr_at(step: int, schedule: dict[str, Any] = SCHEDULE) -> float:
 
 
 @torch.no_grad()
-def held_out_score(model, tok: Tok, examples) -> tuple[float, float]:
+def held_out_score(model, tok: Tok, examples, *, spelled_answers: bool = False) -> tuple[float, float]:
     """(mean reply-token accuracy, share of replies whose every token is the argmax) under
-    teacher forcing: the second is what greedy decoding gets exactly right."""
+    teacher forcing, encoded as the phase trains: the second is what greedy decoding gets
+    exactly right."""
     model.eval()
     tok_ok: float = 0
     tok_n: float = 0
     exact: float = 0
     for i in range(0, len(examples), 24):
-        ids, labels = batch_of(tok, examples[i:i + 24])
+        ids, labels = batch_of(tok, examples[i:i + 24], spelled_answers=spelled_answers)
         pred = model(input_ids=ids).logits[:, :-1].argmax(-1)
         labels = labels[:, 1:]
         mask = labels != -100
@@ -214,19 +255,21 @@ def sha256(path: Path) -> str:
 
 
 def train(out: Path, *, seed: int, threads: int, resume: bool, log, stop_at: int | None = None) -> dict | None:
-    """Runs (or resumes) the schedule; returns the manifest, or None when ``stop_at`` ended it
-    early (with a checkpoint to resume from)."""
+    """Runs (or resumes) both phases (SCHEDULE, then POLISH); returns the manifest, or None
+    when ``stop_at`` ended it early (with a checkpoint to resume from)."""
     torch.set_num_threads(threads)
     torch.use_deterministic_algorithms(True)
     # A guard: KDA's decays reach exp(-large) as it learns, and denormal floats are slow on a
     # CPU. (Measured at step 200: no difference in CPU time a step; the losses are identical.)
     torch.set_flush_denormal(True)
     install_fast_kda()
-    steps = SCHEDULE["steps"]
+    first = SCHEDULE["steps"]
+    steps = first + POLISH["steps"]
     work = out / "work"
     work.mkdir(parents=True, exist_ok=True)
     ranks = build_vocabulary(seed)
     tok = Tok(ranks)
+    pieces = letter_pieces(tok)
     model = new_model(tok, seed)
     model.train()
     loads = RouterLoads(model)
@@ -240,25 +283,28 @@ def train(out: Path, *, seed: int, threads: int, resume: bool, log, stop_at: int
 
     def save(done: int) -> None:
         torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": done, "schedule": SCHEDULE,
-                    "elapsed": time.monotonic() - t0}, work / "checkpoint.tmp")
+                    "polish": POLISH, "elapsed": time.monotonic() - t0}, work / "checkpoint.tmp")
         (work / "checkpoint.tmp").replace(ckpt)
 
     if resume and ckpt.exists():
         state = torch.load(ckpt, weights_only=False)
-        if state.get("schedule") != SCHEDULE:
-            raise SystemExit(f"{ckpt} was made with another schedule ({state.get('schedule')}); "
-                             "remove it to start over")
+        # A first-phase checkpoint from before the second phase existed has no "polish".
+        if state.get("schedule") != SCHEDULE or state.get("polish", POLISH) != POLISH:
+            raise SystemExit(f"{ckpt} was made with another schedule ({state.get('schedule')}, "
+                             f"{state.get('polish')}); remove it to start over")
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         start, elapsed = state["step"], state["elapsed"]
         log(f"resumed at step {start}")
     n_params = sum(p.numel() for p in model.parameters())
-    log(f"{n_params} parameters, vocabulary {VOCAB}, {steps} steps")
+    log(f"{n_params} parameters, vocabulary {VOCAB}, {first} + {POLISH['steps']} steps")
     t0 = time.monotonic() - elapsed
     for step in range(start, steps):
-        ids, labels = step_batch(tok, seed, step, SCHEDULE["per_batch"])
+        polish = step >= first
+        ids, labels = step_batch(tok, seed, step, SCHEDULE["per_batch"], pieces if polish else None)
+        lr = lr_at(step - first, {**SCHEDULE, **POLISH}) if polish else lr_at(step)
         for group in opt.param_groups:
-            group["lr"] = lr_at(step)
+            group["lr"] = lr
         logits = model(input_ids=ids).logits[:, :-1]
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), labels[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True)
@@ -268,10 +314,10 @@ def train(out: Path, *, seed: int, threads: int, resume: bool, log, stop_at: int
         worst = loads.rebalance(SCHEDULE["bias_rate"])
         done = step + 1
         if done % 25 == 0 or done <= 5 or done == steps:
-            log(f"step {done} loss {loss.item():.4f} lr {lr_at(step):.2e} batch {tuple(ids.shape)} "
+            log(f"step {done} loss {loss.item():.4f} lr {lr:.2e} batch {tuple(ids.shape)} "
                 f"load max/mean {worst:.2f} {time.monotonic() - t0:.0f}s")
         if done % 200 == 0 or done == steps or done == stop_at:
-            acc, exact = held_out_score(model, tok, held)
+            acc, exact = held_out_score(model, tok, held, spelled_answers=polish)
             log(f"step {done} held-out token accuracy {acc:.4f} exact replies {exact:.3f}")
             save(done)
         if done == stop_at:
@@ -285,7 +331,7 @@ def train(out: Path, *, seed: int, threads: int, resume: bool, log, stop_at: int
 def export(out: Path, model, tok: Tok, ranks, *, seed, steps, threads, seconds, n_params, held, log) -> dict:
     """bf16 checkpoint + tokenizer + manifest; the score is measured on the bf16 weights."""
     model = model.to(torch.bfloat16).to(torch.float32)  # score what is committed
-    acc, exact = held_out_score(model, tok, held)
+    acc, exact = held_out_score(model, tok, held, spelled_answers=True)
     log(f"bf16 weights: held-out token accuracy {acc:.4f} exact replies {exact:.3f}")
     model.to(torch.bfloat16).save_pretrained(out)
     write_tokenizer(tok, ranks, out)
@@ -295,10 +341,12 @@ def export(out: Path, model, tok: Tok, ranks, *, seed, steps, threads, seconds, 
         "retrain": f"make train-demo (python -m waste.tools.demo_train {out} --seed {seed})",
         "seed": seed, "steps": steps, "parameters": n_params, "dtype": "bf16",
         "training_seconds": round(seconds), "torch_threads": threads,
-        "model": MODEL, "schedule": SCHEDULE,
+        "model": MODEL, "schedule": SCHEDULE, "polish": POLISH,
         "data": {"generator": "waste.tools.demo_data", "families": demo_data.MIXTURE,
                  "held_out_percent": demo_data.HELD_OUT_PERCENT,
                  "pseudo_word_share": demo_data.PSEUDO_WORD_SHARE,
+                 "polish": "the made-up words made of the vocabulary's letter pieces, drawn evenly; "
+                           "the word tasks' answers written one letter a token",
                  "vocabulary": f"waste.tools.bpe_train on {CORPUS_CONVERSATIONS} conversations without "
                                f"the word tasks ({', '.join(demo_data.WORD_TASKS)}), "
                                f"{len(ranks)} ranks + specials {list(SPECIALS)}"},
