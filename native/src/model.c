@@ -550,6 +550,43 @@ static void kda_step(waste_ctx *ctx, uint32_t l, const float *xn, float *out) {
 }
 
 /* ==== MLA (NoPE, latent cache, kv_b absorbed) ====================================== */
+/* The per-head work on kv_b of heads [h0, h1), split over the pool: the absorbed query
+ * qabs[h] = W_knᵀ q_n (decoding kv_b's nope rows of the head) before the scores, and the
+ * head's output o[h] = W_v ctxc[h] after them. Each head owns its rows of qabs, ctxc, the
+ * decode scratch and o, and its sums run in the same order on any worker: the same bits at
+ * any thread count. The scores between them stay in position order on the caller. */
+typedef struct {
+    waste_ctx *ctx; const wm_layer *L; const float *q; float *qabs, *ctxc, *row, *o;
+} mla_job;
+
+static void mla_absorb(void *arg, uint32_t h0, uint32_t h1) {
+    const mla_job *j = arg;
+    const wc_config *c = &j->ctx->c.cfg;
+    uint32_t dn = c->d_nope, dr = c->d_rope, dv = c->d_v, r = c->kv_rank;
+    for (uint32_t h = h0; h < h1; h++) {
+        const float *qn = j->q + (uint64_t)h * (dn + dr);
+        float *qabs = j->qabs + (uint64_t)h * r, *row = j->row + (uint64_t)h * r;
+        /* q_n · (W_kn c) = (W_knᵀ q_n) · c: fold the nope rows of kv_b into the query. */
+        // kv_b: [nh][dn + dv][r]; qabs, row: [nh][r]
+        for (uint32_t i = 0; i < r; i++) qabs[i] = 0.0f;
+        for (uint32_t i = 0; i < dn; i++) {
+            wk_decode_row(&j->L->kv_b, h * (dn + dv) + i, row);
+            float qi = qn[i];
+            for (uint32_t x = 0; x < r; x++) qabs[x] += qi * row[x];
+        }
+    }
+}
+
+static void mla_values(void *arg, uint32_t h0, uint32_t h1) {
+    const mla_job *j = arg;
+    const wc_config *c = &j->ctx->c.cfg;
+    uint32_t dn = c->d_nope, dv = c->d_v, r = c->kv_rank;
+    // ctxc: [nh][r] -> o: [nh][dv]
+    for (uint32_t h = h0; h < h1; h++)
+        for (uint32_t i = 0; i < dv; i++)
+            j->o[h * dv + i] = wk_dot_row(j->ctx->k, &j->L->kv_b, h * (dn + dv) + dn + i, j->ctxc + (uint64_t)h * r);
+}
+
 static void mla_step(waste_ctx *ctx, uint32_t l, const float *xn, uint64_t pos, float *out) {
     const wc_config *c = &ctx->c.cfg;
     const wm_layer *L = &ctx->layers[l];
@@ -571,36 +608,36 @@ static void mla_step(waste_ctx *ctx, uint32_t l, const float *xn, uint64_t pos, 
     rmsnorm(cur, ckv, L->kv_a_norm, r, c->mla_eps);
     memcpy(cur + r, ckv + r, dr * sizeof(float));
     float scale = 1.0f / sqrtf((float)(dn + dr));
+    // qabs, ctxc, row: [nh][r] (buf 3, 4, 6 hold max_width ≥ nh·r)
+    mla_job job = {ctx, L, q, qabs, ctxc, row, o};
+    int split = nh > 1 && wp_size(ctx->pool) > 1;
+    if (split) wp_run(ctx->pool, nh, mla_absorb, &job);
+    else mla_absorb(&job, 0, nh);
     for (uint32_t h = 0; h < nh; h++) {
-        const float *qn = q + (uint64_t)h * (dn + dr), *qr = qn + dn;
-        /* q_n · (W_kn c) = (W_knᵀ q_n) · c: fold the nope rows of kv_b into the query. */
-        // kv_b: [nh][dn + dv][r]; qabs: [r]; row: [r]
-        for (uint32_t j = 0; j < r; j++) qabs[j] = 0.0f;
-        for (uint32_t i = 0; i < dn; i++) {
-            wk_decode_row(&L->kv_b, h * (dn + dv) + i, row);
-            float qi = qn[i];
-            for (uint32_t j = 0; j < r; j++) qabs[j] += qi * row[j];
-        }
+        const float *qr = q + (uint64_t)h * (dn + dr) + dn, *qa_h = qabs + (uint64_t)h * r;
+        float *ctxc_h = ctxc + (uint64_t)h * r;
         // scores: [pos + 1], in position order
         float mx = -INFINITY;
         for (uint64_t t = 0; t <= pos; t++) {
             const float *lt = lat + t * lw;
-            float s = ctx->k->dot_f32(qabs, lt, r) + (dr ? ctx->k->dot_f32(qr, lt + r, dr) : 0.0f);
+            float s = ctx->k->dot_f32(qa_h, lt, r) + (dr ? ctx->k->dot_f32(qr, lt + r, dr) : 0.0f);
             s *= scale;
             ctx->scores[t] = s;
             if (s > mx) mx = s;
         }
         float sum = 0.0f;
         for (uint64_t t = 0; t <= pos; t++) { ctx->scores[t] = wn_expf(ctx->scores[t] - mx); sum += ctx->scores[t]; }
-        // ctxc: [r] = sum_t p_t c_kv[t]; o_h: [dv] = W_v ctxc
-        for (uint32_t j = 0; j < r; j++) ctxc[j] = 0.0f;
+        // ctxc[h]: [r] = sum_t p_t c_kv[t]
+        for (uint32_t j = 0; j < r; j++) ctxc_h[j] = 0.0f;
         for (uint64_t t = 0; t <= pos; t++) {
             float pt = ctx->scores[t] / sum;
             const float *lt = lat + t * lw;
-            for (uint32_t j = 0; j < r; j++) ctxc[j] += pt * lt[j];
+            for (uint32_t j = 0; j < r; j++) ctxc_h[j] += pt * lt[j];
         }
-        for (uint32_t i = 0; i < dv; i++) o[h * dv + i] = wk_dot_row(ctx->k, &L->kv_b, h * (dn + dv) + dn + i, ctxc);
     }
+    // o_h: [dv] = W_v ctxc[h]
+    if (split) wp_run(ctx->pool, nh, mla_values, &job);
+    else mla_values(&job, 0, nh);
     /* Sigmoid output gate on the concatenated heads (docs/ENGINE.md §4.2.4); row is free again. */
     // xn: [H] -> row: [nh * dv]; o: [nh][dv] -> out: [H]
     if (c->mla_gate) {
