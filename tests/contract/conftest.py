@@ -8,7 +8,9 @@ engine tests do); with one, a missing build is an error.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
+from typing import Iterator
 
 import httpx
 import pytest
@@ -51,6 +53,29 @@ def kimi_linear_container(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("native") / "kimi-linear.waste"
     build_container(out, seed=0, chat_json="kimi-linear")
     return out
+
+
+DEMO_MODEL = Path(__file__).resolve().parents[2] / "data" / "demo-model"
+
+
+@pytest.fixture(scope="session")
+def demo_container(native, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The committed demo model (data/demo-model) converted by the project's converter, once."""
+    from waste.tools.convert import convert
+
+    return convert(DEMO_MODEL, tmp_path_factory.mktemp("demo") / "demo.waste")
+
+
+@contextlib.contextmanager
+def serving_demo(container: Path, max_tokens: int) -> Iterator[str]:
+    """The demo container served by libwaste on a real socket: its base URL. One engine
+    thread: on a loaded machine, threads pinned to busy cores wait on each other."""
+    from tests.contract.serving import running
+    from waste.app import Settings, engine_opener
+
+    settings = Settings(model=str(container), usage="", max_tokens=max_tokens, threads=1)
+    with running(engine_opener(settings), settings) as (base, _):
+        yield base
 
 
 @pytest.fixture

@@ -14,34 +14,25 @@ import hashlib
 import json
 import re
 from collections import Counter
-from pathlib import Path
 
 import httpx
 import openai
 import pytest
 
-from tests.contract.conftest import load_native
-from tests.contract.serving import running
-from waste.app import Settings, engine_opener
+from tests.contract.conftest import DEMO_MODEL, serving_demo
 from waste.tools import demo_data
-from waste.tools.convert import convert
 
-DEMO = Path(__file__).resolve().parents[2] / "data" / "demo-model"
 PER_FAMILY = 12  # 9 families: 108 held-out conversations
 
 
 @pytest.fixture(scope="module")
 def manifest() -> dict:
-    return json.loads((DEMO / "manifest.json").read_text())
+    return json.loads((DEMO_MODEL / "manifest.json").read_text())
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    load_native()
-    container = convert(DEMO, tmp_path_factory.mktemp("demo") / "demo.waste")
-    # One engine thread: on a loaded machine, threads pinned to busy cores wait on each other.
-    settings = Settings(model=str(container), usage="", max_tokens=160, threads=1)
-    with running(engine_opener(settings), settings) as (base, _):
+def served(demo_container):
+    with serving_demo(demo_container, max_tokens=160) as base:
         yield base
 
 
@@ -61,7 +52,7 @@ def held_out(served, manifest) -> list[tuple[demo_data.Example, dict]]:
 
 def test_the_committed_files_are_the_manifest_s(manifest):
     for name, digest in manifest["sha256"].items():
-        assert hashlib.sha256((DEMO / name).read_bytes()).hexdigest() == digest, name
+        assert hashlib.sha256((DEMO_MODEL / name).read_bytes()).hexdigest() == digest, name
     assert {"config.json", "model.safetensors", "tiktoken.model", "tokenizer_config.json"} <= set(manifest["sha256"])
 
 

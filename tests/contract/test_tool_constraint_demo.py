@@ -1,5 +1,5 @@
-"""Constrained tool calls on the default demo model (data/demo-model, converted as
-test_demo_model.py does): forced and named calls, including one of a function the model never
+"""Constrained tool calls on the default demo model (data/demo-model, converted once
+for the session, tests.contract.conftest): forced and named calls, including one of a function the model never
 saw, parse and validate against their schemas (``jsonschema``), blocking and streaming, with
 the model's own reasoning left free (docs/DECISIONS.md, tool-call constraints)."""
 
@@ -11,12 +11,8 @@ import httpx
 import jsonschema
 import pytest
 
-from tests.contract.conftest import load_native
-from tests.contract.serving import running
+from tests.contract.conftest import serving_demo
 from tests.contract.sse import join_deltas, stream
-from tests.contract.test_demo_model import DEMO
-from waste.app import Settings, engine_opener
-from waste.tools.convert import convert
 from waste.tools.demo_data import GET_TIME_TOOL
 
 pytestmark = pytest.mark.native
@@ -31,11 +27,8 @@ QUESTIONS = ["What time is it in Tokyo?", "What is the capital of France?", "Hi!
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    load_native()
-    container = convert(DEMO, tmp_path_factory.mktemp("demo") / "demo.waste")
-    settings = Settings(model=str(container), usage="", max_tokens=400, threads=1)
-    with running(engine_opener(settings), settings) as (base, _):
+def served(demo_container):
+    with serving_demo(demo_container, max_tokens=400) as base:
         yield base
 
 
