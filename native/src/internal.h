@@ -119,6 +119,10 @@ typedef struct {
      * update_read: s[j] = s[j] + k·delta[j], then o[j] = o[j] + s[j]·q. */
     void (*decay_read)(float *s, float e, float k, float *r, uint32_t n);
     void (*update_read)(float *s, float k, const float *delta, float q, float *o, uint32_t n);
+    /* y[j] = y[j] + a·w[j] over an int8 row of n columns (group 32 or 128, fp16 scale s each; w[j] =
+     * (float)q[j]·s): the weight, then the product, then the sum, each rounded, never fused,
+     * so every set gives the generic bits (MLA's absorbed query, docs/ENGINE.md §4.1 and §4.3). */
+    void (*axpy_int8)(const uint8_t *row, float a, float *y, uint32_t n, uint32_t group);
 } wk_kernels;
 /* Activations for WASTE_ACT_Q8, per block b of 32 (n a multiple of 32): a = max |x_i| of the
  * block, xd[b] = a / 127, xq_i = round-half-even(x_i · (127 / a)) (0 when a = 0); a block
@@ -144,6 +148,7 @@ float wk_reduce16(float acc[16]);
 float wk_dot_f32_generic(const float *w, const float *x, uint32_t n);
 void wk_decay_read_generic(float *s, float e, float k, float *r, uint32_t n);
 void wk_update_read_generic(float *s, float k, const float *delta, float q, float *o, uint32_t n);
+void wk_axpy_int8_generic(const uint8_t *row, float a, float *y, uint32_t n, uint32_t group);
 float wk_dot_bf16_generic(const uint16_t *w, const float *x, uint32_t n);
 float wk_dot_int8_generic(const uint8_t *row, const float *x, uint32_t n, uint32_t group);
 float wk_dot_int4_generic(const uint8_t *row, const float *x, uint32_t n, uint32_t group);

@@ -219,10 +219,24 @@ void wk_update_read_generic(float *s, float k, const float *delta, float q, floa
     }
 }
 
+void wk_axpy_int8_generic(const uint8_t *row, float a, float *y, uint32_t n, uint32_t group) {
+    for (uint32_t g0 = 0; g0 < n; g0 += group) {
+        uint16_t sh; memcpy(&sh, row, 2);
+        float s = wu_fp16_to_f32(sh);
+        const int8_t *q = (const int8_t *)(row + 2);
+        for (uint32_t j = 0; j < group; j++) {
+            float w = (float)q[j] * s;
+            float p = a * w;
+            y[g0 + j] = y[g0 + j] + p;
+        }
+        row += 2 + group;
+    }
+}
+
 static const wk_kernels generic_kernels = {
     "generic", wk_dot_f32_generic, wk_dot_bf16_generic, wk_dot_int8_generic, wk_dot_int4_generic,
     wk_dot_mxfp4_generic, wk_rows_f32act_generic, wk_rows_q8_generic,
-    wk_decay_read_generic, wk_update_read_generic,
+    wk_decay_read_generic, wk_update_read_generic, wk_axpy_int8_generic,
 };
 
 #if defined(__x86_64__) || defined(__i386__)

@@ -420,14 +420,35 @@ static void rows_avx512(const wm_mat *m, uint32_t r0, uint32_t r1, const float *
 KDA_ROWS(avx2, AVX2, __m256, 8, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_mul_ps, _mm256_add_ps, _mm256_set1_ps)
 KDA_ROWS(avx512, AVX512, __m512, 16, _mm512_loadu_ps, _mm512_storeu_ps, _mm512_mul_ps, _mm512_add_ps, _mm512_set1_ps)
 
+/* int8 row axpy: the weight (q as float times the group scale), the product and the sum as
+ * separate operations, so each element is the generic one. Groups are 32 or 128 (the
+ * container refuses others): whole vectors of either width. */
+AVX2 static __m256 int8x8_ps(const int8_t *q) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)q))); }
+AVX512 static __m512 int8x16_ps(const int8_t *q) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)q))); }
+#define AXPY_INT8(W, ATTR, V, LANES, LOADQ, LOAD, STORE, MUL, ADD, SET1)                                    \
+    ATTR static void axpy_int8_##W(const uint8_t *row, float a, float *y, uint32_t n, uint32_t group) {     \
+        V va = SET1(a);                                                                                   \
+        for (uint32_t g0 = 0; g0 < n; g0 += group) {                                                      \
+            uint16_t sh; memcpy(&sh, row, 2);                                                             \
+            V vs = SET1(_cvtsh_ss(sh));                                                                   \
+            const int8_t *q = (const int8_t *)(row + 2);                                                  \
+            for (uint32_t j = 0; j < group; j += LANES)                                                   \
+                STORE(y + g0 + j, ADD(LOAD(y + g0 + j), MUL(va, MUL(LOADQ(q + j), vs))));                 \
+            row += 2 + group;                                                                             \
+        }                                                                                                 \
+    }
+AXPY_INT8(avx2, AVX2, __m256, 8, int8x8_ps, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_mul_ps, _mm256_add_ps, _mm256_set1_ps)
+AXPY_INT8(avx512, AVX512, __m512, 16, int8x16_ps, _mm512_loadu_ps, _mm512_storeu_ps, _mm512_mul_ps, _mm512_add_ps,
+          _mm512_set1_ps)
+
 const wk_kernels wk_avx2_kernels = {"avx2", dot_f32_avx2, dot_bf16_avx2, dot_int8_avx2, dot_int4_avx2, dot_mxfp4_avx2,
-                                    rows_avx2, rows_q8_avx2, decay_read_avx2, update_read_avx2};
+                                    rows_avx2, rows_q8_avx2, decay_read_avx2, update_read_avx2, axpy_int8_avx2};
 const wk_kernels wk_avx512_kernels = {"avx512", dot_f32_avx512, dot_bf16_avx512, dot_int8_avx512, dot_int4_avx512,
                                       dot_mxfp4_avx512, rows_avx512, rows_q8_avx2, decay_read_avx512,
-                                      update_read_avx512};
+                                      update_read_avx512, axpy_int8_avx512};
 /* AVX-512 with VNNI (and VL, BW): the same set, its q8 integer dots by vpdpbusd (exact, so
  * the same bits as the maddubs form). */
 const wk_kernels wk_avx512vnni_kernels = {"avx512", dot_f32_avx512, dot_bf16_avx512, dot_int8_avx512, dot_int4_avx512,
                                           dot_mxfp4_avx512, rows_avx512, rows_q8_vnni, decay_read_avx512,
-                                          update_read_avx512};
+                                          update_read_avx512, axpy_int8_avx512};
 #endif

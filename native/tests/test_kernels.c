@@ -168,6 +168,50 @@ static int kda_rows_agree(void) {
     return compared;
 }
 
+static uint8_t *random_matrix(int32_t fmt, uint32_t group, uint32_t rows, uint32_t n, int subnormal);
+
+/* The int8 row axpy of every set against the formula written out here (the weight, the
+ * product, the sum, each rounded: volatile keeps them apart), on both int8 groups and on
+ * subnormal scales. */
+static int axpy_rows_agree(void) {
+    const wk_kernels *sets[3] = {wk_select(WASTE_KERNELS_GENERIC, NULL), wk_select(WASTE_KERNELS_AVX2, NULL),
+                                 wk_select(WASTE_KERNELS_AVX512, NULL)};
+    static const uint32_t groups[] = {32, 128};   /* the int8 groups a container may have */
+    int compared = 0;
+    for (size_t gi = 0; gi < sizeof groups / sizeof groups[0]; gi++) {
+        uint32_t group = groups[gi], n = 768;   /* a multiple of either group */
+        for (int trial = 0; trial < 6; trial++) {
+            uint8_t *row = random_matrix(WF_INT8, group, 1, n, trial == 0);
+            float y0[768], want[768], got[768], a = rndf();
+            for (uint32_t j = 0; j < n; j++) y0[j] = rndf();
+            const uint8_t *p = row;
+            for (uint32_t g0 = 0; g0 < n; g0 += group, p += 2 + group) {
+                uint16_t sh; memcpy(&sh, p, 2);
+                float sc = wu_fp16_to_f32(sh);
+                for (uint32_t j = 0; j < group; j++) {
+                    volatile float w = (float)((const int8_t *)(p + 2))[j] * sc, prod = a * w;
+                    want[g0 + j] = y0[g0 + j] + prod;
+                }
+            }
+            for (int si = 0; si < 3; si++) {
+                if (!sets[si]) continue;
+                memcpy(got, y0, n * sizeof *got);
+                sets[si]->axpy_int8(row, a, got, n, group);
+                for (uint32_t j = 0; j < n; j++)
+                    if (bits(got[j]) != bits(want[j])) {
+                        printf("FAIL: %s axpy_int8 g%u trial %d element %u: %a, formula %a\n", sets[si]->name, group,
+                               trial, j, got[j], want[j]);
+                        failures++;
+                        break;
+                    }
+                compared++;
+            }
+            free(row);
+        }
+    }
+    return compared;
+}
+
 /* A random quantized matrix of `rows` rows (scales as in kernel_sets_agree, int8 q any byte). */
 static uint8_t *random_matrix(int32_t fmt, uint32_t group, uint32_t rows, uint32_t n, int subnormal) {
     uint64_t rb = wf_row_bytes(fmt, group, n);
@@ -283,6 +327,7 @@ int main(void) {
     int compared = kernel_sets_agree();
     int compared_q8 = q8_path();
     printf("test_kernels: %d KDA state-row calls compared with the formula\n", kda_rows_agree());
+    printf("test_kernels: %d int8 row axpy calls compared with the formula\n", axpy_rows_agree());
     printf("test_kernels: %d q8 rows compared with generic\n", compared_q8);
     printf("test_kernels: int4/mxfp4 decode tables checked; %d SIMD dot products compared with generic (%s%s)\n", compared,
            wk_select(WASTE_KERNELS_AVX2, NULL) ? "avx2" : "no avx2", wk_select(WASTE_KERNELS_AVX512, NULL) ? ", avx512" : ", no avx512");
