@@ -143,6 +143,10 @@ const char *wk_built(void);                         /* "generic,avx2,avx512" */
 const char *wk_best(void);
 float wk_dot_row(const wk_kernels *k, const wm_mat *m, uint32_t row, const float *x);
 void wk_decode_row(const wm_mat *m, uint32_t row, float *out);
+/* y[j] = y[j] + a·w[j] for row `row` of m decoded as wk_decode_row does it (each weight, then
+ * the product, then the sum rounded): int8 by the set's axpy_int8, straight from the row;
+ * other formats decoded into scratch [m->cols] first. */
+void wk_axpy_row(const wk_kernels *k, const wm_mat *m, uint32_t row, float a, float *y, float *scratch);
 /* Generic pieces reused by the SIMD files for tails and the fixed reduction tree. */
 float wk_reduce16(float acc[16]);
 float wk_dot_f32_generic(const float *w, const float *x, uint32_t n);

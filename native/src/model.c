@@ -568,18 +568,8 @@ static void mla_absorb(void *arg, uint32_t h0, uint32_t h1) {
         float *qabs = j->qabs + (uint64_t)h * r, *row = j->row + (uint64_t)h * r;
         /* q_n · (W_kn c) = (W_knᵀ q_n) · c: fold the nope rows of kv_b into the query. */
         // kv_b: [nh][dn + dv][r]; qabs, row: [nh][r]
-        const wm_mat *kv_b = &j->L->kv_b;
         for (uint32_t i = 0; i < r; i++) qabs[i] = 0.0f;
-        for (uint32_t i = 0; i < dn; i++) {
-            uint32_t ri = h * (dn + dv) + i;
-            float qi = qn[i];
-            if (kv_b->fmt == WF_INT8) {   /* the same bits, decoded on the fly */
-                j->ctx->k->axpy_int8(kv_b->data + (uint64_t)ri * kv_b->row_bytes, qi, qabs, r, kv_b->group);
-                continue;
-            }
-            wk_decode_row(kv_b, ri, row);
-            for (uint32_t x = 0; x < r; x++) qabs[x] += qi * row[x];
-        }
+        for (uint32_t i = 0; i < dn; i++) wk_axpy_row(j->ctx->k, &j->L->kv_b, h * (dn + dv) + i, qn[i], qabs, row);
     }
 }
 
