@@ -121,12 +121,14 @@ def encode(tok: Tok, ex: demo_data.Example, *, spelled_answers: bool = False) ->
     letter a token, which the model then copies from its spelled-out reasoning."""
     prompt, thinking = prompt_segments(ex.body)
     reply = reply_segments(ex.reply.message(), thinking=thinking)
-    p, r = tok.segments(prompt), tok.segments(reply)
+    p = tok.segments(prompt)
     if spelled_answers and ex.family in demo_data.WORD_TASKS:
         answer = ex.reply.content.rsplit(" ", 1)[1].rstrip(".")
         r = []
         for seg in reply:
             r += [tok.special_ids[seg.text]] if seg.markup else _spelled(tok, seg.text, answer)
+    else:
+        r = tok.segments(reply)
     message, ended = parse_reply(r, tok.piece, tok.markers, thinking=thinking)
     if not ended or demo_data.grade(ex, message) != (True, True):
         raise AssertionError(f"a training reply does not parse back: {message}")
@@ -164,13 +166,14 @@ def step_batch(tok: Tok, seed: int, step: int, per_batch: int,
     drawn conversation is used, so length does not bias the mixture), in a seeded order. With
     ``pieces`` (the second phase): piece words and spelled answers."""
     block, slot = divmod(step, BLOCK)
-    if _BLOCK_CACHE.get("key") != (seed, block, per_batch, pieces is not None):
+    key = (seed, block, per_batch, pieces is not None)
+    if _BLOCK_CACHE.get("key") != key:
         pool = demo_data.training_examples(seed, block, BLOCK * per_batch, pieces)
         rows = sorted((encode(tok, ex, spelled_answers=pieces is not None) for ex in pool),
                       key=lambda r: len(r[0]))
         order = list(range(BLOCK))
         random.Random(f"demo-order/{seed}/{block}").shuffle(order)
-        _BLOCK_CACHE.update(key=(seed, block, per_batch, pieces is not None), rows=rows, order=order)
+        _BLOCK_CACHE.update(key=key, rows=rows, order=order)
     g = _BLOCK_CACHE["order"][slot]
     return pad_rows(_BLOCK_CACHE["rows"][g * per_batch:(g + 1) * per_batch])
 
