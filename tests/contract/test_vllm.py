@@ -109,13 +109,12 @@ def test_concurrent_greedy_answers_equal_vllm_direct(remote, vllm_server):
 
 
 def leave_after_first_chunk(base: str, path: str, body: dict,
-                            first_chunk: threading.Event | None = None,
-                            before_leaving: Callable[[], None] | None = None) -> str:
-    """A client that leaves abruptly: one SSE chunk read (``first_chunk`` set then, and
-    ``before_leaving`` called), then its socket closes with a reset (SO_LINGER 0), which the
-    server sees at once. (A plain close is a FIN, which the server answers as a possible
-    half-close and detects by its next failing write, docs/HTTP.md §6: vLLM can stream this
-    tiny model's whole answer before that.)"""
+                            on_first_chunk: Callable[[], None] | None = None) -> str:
+    """A client that leaves abruptly: one SSE chunk read (``on_first_chunk`` called then),
+    then its socket closes with a reset (SO_LINGER 0), which the server sees at once. (A plain
+    close is a FIN, which the server answers as a possible half-close and detects by its next
+    failing write, docs/HTTP.md §6: vLLM can stream this tiny model's whole answer before
+    that.)"""
     host, port = base.removeprefix("http://").rsplit(":", 1)
     payload = json.dumps(body).encode()
     with socket.create_connection((host, int(port)), timeout=120) as sock:
@@ -127,10 +126,8 @@ def leave_after_first_chunk(base: str, path: str, body: dict,
             assert chunk, f"the stream ended before its first chunk: {seen[-300:]!r}"
             seen += chunk
         assert seen.startswith(b"HTTP/1.1 200"), seen[:200]
-        if before_leaving is not None:
-            before_leaving()
-        if first_chunk is not None:
-            first_chunk.set()
+        if on_first_chunk is not None:
+            on_first_chunk()
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     return "left"
 
@@ -171,12 +168,15 @@ def test_one_stream_cancelled_the_others_finish_and_vllm_aborts_it(remote, vllm_
     leaving = threading.Event()
     generated_when_left: list[float] = []  # vLLM's generated tokens as the leaver leaves
 
+    def leaver_got_its_first_chunk() -> None:
+        generated_when_left.append(vllm_server.metric("vllm:generation_tokens_total") - generated_before)
+        leaving.set()
+
     def client(i: int) -> None:
         if i == 0:
             results[i] = leave_after_first_chunk(
-                remote.base, "/v1/completions", body | {"max_tokens": LEAVER_TOKENS}, leaving,
-                lambda: generated_when_left.append(
-                    vllm_server.metric("vllm:generation_tokens_total") - generated_before))
+                remote.base, "/v1/completions", body | {"max_tokens": LEAVER_TOKENS},
+                leaver_got_its_first_chunk)
             return
         assert leaving.wait(LOG_LIMIT_S), "the leaver never got its first chunk"
         with httpx.Client(base_url=remote.base, timeout=120) as c, \
