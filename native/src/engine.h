@@ -71,6 +71,16 @@ typedef struct {
  * slot map and the access counts. Shared by the plan (state) and we_init. */
 uint64_t we_table_bytes(uint64_t n_all);
 
+/* One FFN of a MoE layer's work list (model.c moe_chunk): the layer's ex-th used expert (-1: the
+ * shared experts) on token t of the chunk, its output scaled by w. */
+typedef struct { int32_t ex; uint32_t t; float w; int done; } wm_task;
+/* A used expert of a MoE layer (model.c moe_chunk): its id, its slot once fetched, its tasks
+ * not yet computed, and its matrices in the slot once its record is ready. */
+enum { WM_EX_WAITING = 0, WM_EX_FETCHED, WM_EX_READY, WM_EX_DONE };
+typedef struct { int32_t id, slot; uint32_t left; int state; wm_mat m[3]; } wm_expert;
+/* FFNs in one wave (two fork-joins) at most: a decode token's routed experts and its shared ones. */
+#define WM_WAVE_MAX 32
+
 typedef struct {
     uint64_t trunk, state, scratch, vision, min_cache, floor, working_set, experts;
     uint64_t recommended, auto_budget, usable, budget, record, slots;
@@ -119,12 +129,20 @@ struct waste_ctx {
     float *xn;                      /* [chunk][H] normed FFN inputs of a chunk */
     float *acc;                     /* [chunk][H] FFN outputs of a chunk */
     float *buf[12];                 /* [maxw] each */
-    int8_t *xq;                     /* [maxw] matvec input quantized (WASTE_ACT_Q8) */
-    float *xd;                      /* [maxw / 32 + 1] its block scales */
+    int8_t *xq;                     /* [2][maxw] two matvec inputs quantized (WASTE_ACT_Q8) */
+    float *xd;                      /* [2][maxw / 32 + 1] their block scales */
+    /* FFN waves (model.c ffn_wave): wave_cap tasks of width ffn_w (the widest FFN input,
+     * hidden or output), each with g, u, y floats, its gate input and act(g, u) quantized. */
+    uint32_t wave_cap, ffn_w;
+    float *wave_f;                  /* [wave_cap][3][ffn_w] g, u, y */
+    int8_t *wave_q;                 /* [wave_cap][2][ffn_w] act(g, u), input (quantized) */
+    float *wave_d;                  /* [wave_cap][2][ffn_w / 32 + 1] their block scales */
+    wm_task *tasks;                 /* [chunk][top_k + 1] a MoE layer's work list */
+    wm_expert *exs;                 /* [n_experts] a MoE layer's used experts, ascending */
     float *xm;                      /* [H] an attention-residual mix (never aliases its inputs) */
     float *res;                     /* [n_blocks][chunk][H] attention-residual block snapshots */
     float *lz, *lacc;               /* [chunk][Rz] latent MoE: z, and the experts' weighted sum */
-    float *scores;                  /* [ctx_tokens] */
+    float *scores;                  /* [mla_heads][ctx_tokens] each MLA head's scores */
     float *logits;                  /* [vocab] */
     int has_logits;
     int32_t *sel;                   /* [chunk][top_k] */
@@ -177,6 +195,8 @@ void we_free(we_cache *c);
  * for the read if needed and gives the record; we_unpin releases the slot after use. */
 int32_t we_fetch(waste_ctx *ctx, uint32_t bank, uint32_t e, int32_t *slot);
 int32_t we_ready(waste_ctx *ctx, int32_t slot, const uint8_t **rec);
+/* Whether we_ready on slot would return at once (its read, if any, has finished). */
+int we_landed(const waste_ctx *ctx, int32_t slot);
 void we_unpin(we_cache *c, int32_t slot);
 /* Lookahead: queues a speculative read of (bank, e) into an evictable slot, pinned while in
  * flight; nothing when it is cached, no slot or request is free, or there are no readers. */

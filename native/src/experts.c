@@ -287,6 +287,11 @@ int32_t we_ready(waste_ctx *ctx, int32_t s, const uint8_t **rec) {
     return WASTE_OK;
 }
 
+int we_landed(const waste_ctx *ctx, int32_t s) {
+    const we_cache *c = &ctx->cache;
+    return c->req[s] < 0 || wi_is_done(ctx->io, &c->reqs[c->req[s]]);
+}
+
 void we_speculate(waste_ctx *ctx, uint32_t bank, uint32_t e) {
     we_cache *c = &ctx->cache;
     uint64_t key = (uint64_t)bank * c->n_experts + e;

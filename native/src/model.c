@@ -37,6 +37,17 @@ static uint64_t max_width(const wc_config *c) {
     return w;
 }
 
+/* The widest FFN vector: an input or output (hidden, or Rz under a latent MoE) or an
+ * intermediate (dense, routed, or the shared experts together). */
+static uint64_t ffn_width(const wc_config *c) {
+    uint64_t w = MAX((uint64_t)c->hidden, (uint64_t)c->rz);
+    w = MAX(w, (uint64_t)c->inter);
+    return MAX(w, (uint64_t)c->moe_inter * MAX(c->n_shared, 1));
+}
+
+/* FFNs a wave holds: a decode token's routed experts plus its shared ones (at least 1). */
+static uint32_t wave_cap(const wc_config *c) { return MIN(c->top_k + 1, WM_WAVE_MAX); }
+
 /* Attention-residual blocks a forward pass holds: one per attn_res_block_size layers. */
 static uint64_t res_blocks(const wc_config *c) { return c->res_block ? (c->n_layers + c->res_block - 1) / c->res_block : 0; }
 
@@ -71,14 +82,21 @@ static int32_t buffer_bytes(const wc_container *c, uint32_t ctx_tokens, uint32_t
         wu_errf(err, cap, "manifest.json: config widths give an activation of %llu floats (above 2^32)", (unsigned long long)w);
         return WASTE_E_FORMAT;
     }
-    /* xs, xn, acc [chunk][H]; 12 buffers [maxw]; scores [T]; logits [V] (floats); sampler
-     * pairs [2V] x 16; sel, selw [chunk][k]; expert flags [E]; one embedding row. */
-    uint64_t floats = cadd(cadd(cmul(3ull * chunk, cf->hidden, &ovf), 12 * w, &ovf), (uint64_t)ctx_tokens + cf->vocab, &ovf);
+    /* xs, xn, acc [chunk][H]; 12 buffers [maxw]; MLA scores [heads][T]; logits [V] (floats);
+     * sampler pairs [2V] x 16; sel, selw [chunk][k]; expert flags [E]; one embedding row. */
+    uint64_t floats = cadd(cadd(cmul(3ull * chunk, cf->hidden, &ovf), 12 * w, &ovf),
+                           cadd(cmul(ctx_tokens, MAX(cf->mla_heads, 1), &ovf), cf->vocab, &ovf), &ovf);
     uint64_t sc = cadd(cmul(floats, 4, &ovf), (uint64_t)cf->vocab * 32, &ovf);
     sc = cadd(sc, cmul(2ull * chunk * 4, k, &ovf), &ovf);
     sc = cadd(sc, (uint64_t)MAX(cf->n_experts, 1) + embed_row_bytes(c) + 64, &ovf);
-    /* the quantized matvec input (WASTE_ACT_Q8): int8 [w] and block scales [w/32 + 1] */
-    sc = cadd(sc, w + 4 * (w / 32 + 1), &ovf);
+    /* two quantized matvec inputs (WASTE_ACT_Q8): int8 [w] and block scales [w/32 + 1] each */
+    sc = cadd(sc, 2 * (w + 4 * (w / 32 + 1)), &ovf);
+    /* FFN waves: per task 3 floats, 2 int8 and 2 scales per 32 of ffn_w; the MoE work list
+     * [chunk][k + 1] tasks; the used experts [E] */
+    uint64_t fw = ffn_width(cf);
+    sc = cadd(sc, cmul(wave_cap(cf), 12 * fw + 2 * fw + 8 * (fw / 32 + 1), &ovf), &ovf);
+    sc = cadd(sc, cmul(cmul(chunk, k + 1, &ovf), sizeof(wm_task), &ovf), &ovf);
+    sc = cadd(sc, cmul(MAX(cf->n_experts, 1), sizeof(wm_expert), &ovf), &ovf);
     /* K3: the mix xm [H], the residual blocks [n_blocks][chunk][H], latent z and sum [chunk][Rz] x 2 */
     sc = cadd(sc, cmul(cadd(cmul(cmul(res_blocks(cf), chunk, &ovf), cf->hidden, &ovf), cf->hidden, &ovf), 4, &ovf), &ovf);
     sc = cadd(sc, cmul(cmul(2ull * chunk, cf->rz, &ovf), 4, &ovf), &ovf);
@@ -341,7 +359,7 @@ int32_t wm_alloc_state(waste_ctx *ctx, uint64_t *bytes, char *err, uint64_t cap)
     ctx->xs = counted((uint64_t)chunk * c->hidden, sizeof(float), &sum);
     ctx->xn = counted((uint64_t)chunk * c->hidden, sizeof(float), &sum);
     ctx->acc = counted((uint64_t)chunk * c->hidden, sizeof(float), &sum);
-    ctx->scores = counted(T, sizeof(float), &sum);
+    ctx->scores = counted((uint64_t)T * MAX(c->mla_heads, 1), sizeof(float), &sum);
     ctx->logits = counted(c->vocab, sizeof(float), &sum);
     ctx->sample_pairs = counted(2 * (uint64_t)c->vocab, 16, &sum);  /* struct ws_pair is {double, int32_t, pad} */
     ctx->sel = counted((uint64_t)chunk * MAX(c->top_k, 1), sizeof(int32_t), &sum);
@@ -351,9 +369,17 @@ int32_t wm_alloc_state(waste_ctx *ctx, uint64_t *bytes, char *err, uint64_t cap)
     if (!ctx->xs || !ctx->xn || !ctx->acc || !ctx->scores || !ctx->logits || !ctx->sample_pairs ||
         !ctx->sel || !ctx->selw || !ctx->expert_used || !ctx->row_tmp) goto oom;
     for (int i = 0; i < 12; i++) if (!(ctx->buf[i] = counted(ctx->maxw, sizeof(float), &sum))) goto oom;
-    ctx->xq = counted(ctx->maxw, 1, &sum);
-    ctx->xd = counted(ctx->maxw / 32 + 1, sizeof(float), &sum);
+    ctx->xq = counted(2 * (uint64_t)ctx->maxw, 1, &sum);
+    ctx->xd = counted(2 * ((uint64_t)ctx->maxw / 32 + 1), sizeof(float), &sum);
     if (!ctx->xq || !ctx->xd) goto oom;
+    ctx->wave_cap = wave_cap(c);
+    ctx->ffn_w = (uint32_t)ffn_width(c);   /* ≤ max_width */
+    ctx->wave_f = counted((uint64_t)ctx->wave_cap * 3 * ctx->ffn_w, sizeof(float), &sum);
+    ctx->wave_q = counted((uint64_t)ctx->wave_cap * 2 * ctx->ffn_w, 1, &sum);
+    ctx->wave_d = counted((uint64_t)ctx->wave_cap * 2 * (ctx->ffn_w / 32 + 1), sizeof(float), &sum);
+    ctx->tasks = counted((uint64_t)chunk * (MAX(c->top_k, 1) + 1), sizeof(wm_task), &sum);
+    ctx->exs = counted(MAX(c->n_experts, 1), sizeof(wm_expert), &sum);
+    if (!ctx->wave_f || !ctx->wave_q || !ctx->wave_d || !ctx->tasks || !ctx->exs) goto oom;
     ctx->xm = counted(c->hidden, sizeof(float), &sum);
     ctx->res = res_blocks(c) ? counted(res_blocks(c) * chunk * c->hidden, sizeof(float), &sum) : NULL;
     ctx->lz = c->rz ? counted((uint64_t)chunk * c->rz, sizeof(float), &sum) : NULL;
@@ -379,6 +405,7 @@ void wm_free_state(waste_ctx *ctx) {
     free(ctx->sample_pairs); free(ctx->sel); free(ctx->selw); free(ctx->expert_used); free(ctx->row_tmp);
     for (int i = 0; i < 12; i++) free(ctx->buf[i]);
     free(ctx->xq); free(ctx->xd);
+    free(ctx->wave_f); free(ctx->wave_q); free(ctx->wave_d); free(ctx->tasks); free(ctx->exs);
     free(ctx->xm); free(ctx->res); free(ctx->lz); free(ctx->lacc);
 }
 
@@ -411,40 +438,60 @@ static void rmsnorm(float *y, const float *x, const float *w, uint32_t n, float 
     for (uint32_t i = 0; i < n; i++) y[i] = w[i] * (x[i] * r);
 }
 
-/* ys[i][rows of ms[i]] = ms[i]·x for n ≤ 6 matrices of one input width; no y aliases x. With
- * WASTE_ACT_Q8 an int8/int4/mxfp4 matrix meets x quantized once here (cols ≤ maxw: every
- * input is an activation buffer). Every row of every matrix goes in one fork-join, rows
- * numbered through the matrices in order, each row computed by one worker. */
-#define MV_MANY 6
-typedef struct {
-    const wk_kernels *k; const wm_mat *m[MV_MANY]; float *y[MV_MANY]; uint32_t start[MV_MANY + 1]; uint32_t n;
-    const float *x; const int8_t *xq; const float *xd;
-} mv_many_job;
+/* Below this many weights a matvec stays on the calling thread: a fork-join costs a few
+ * microseconds, about what 64 Ki int8 weights take on one core (a router, a small LoRA). */
+#define FORK_MIN_WORK 65536
 
-static void mv_many_rows(void *arg, uint32_t b, uint32_t e) {
-    const mv_many_job *j = arg;
+/* One matrix of a fork-join: y[rows of m] = m·x, x quantized as xq/xd (WASTE_ACT_Q8) or NULL. */
+typedef struct { const wm_mat *m; const float *x; const int8_t *xq; const float *xd; float *y; } mv_item;
+
+/* Every row of every item in one fork-join, rows numbered through the items in order, each
+ * row computed by one worker: the same bits at any thread count. */
+#define MV_ITEMS 8
+typedef struct { const wk_kernels *k; const mv_item *it; uint32_t start[MV_ITEMS + 1]; uint32_t n; } mv_job;
+
+static void mv_rows(void *arg, uint32_t b, uint32_t e) {
+    const mv_job *j = arg;
     for (uint32_t i = 0; i < j->n; i++) {
         uint32_t lo = MAX(b, j->start[i]), hi = MIN(e, j->start[i + 1]);
-        if (lo < hi) wk_matvec_rows(j->k, j->m[i], lo - j->start[i], hi - j->start[i], j->x, j->xq, j->xd, j->y[i]);
+        const mv_item *t = &j->it[i];
+        if (lo < hi) wk_matvec_rows(j->k, t->m, lo - j->start[i], hi - j->start[i], t->x, t->xq, t->xd, t->y);
     }
 }
 
-static void matvec_many(waste_ctx *ctx, uint32_t n, const wm_mat *const *ms, const float *x, float *const *ys) {
-    mv_many_job j = {.k = ctx->k, .n = n, .x = x};
+static void matvec_items(waste_ctx *ctx, uint32_t n, const mv_item *it) {
+    mv_job j = {.k = ctx->k, .it = it, .n = n};
     uint64_t work = 0;
-    int q8 = 0;
     for (uint32_t i = 0; i < n; i++) {
-        j.m[i] = ms[i]; j.y[i] = ys[i];
-        j.start[i + 1] = j.start[i] + ms[i]->rows;
-        work += (uint64_t)ms[i]->rows * ms[i]->cols;
-        q8 |= ctx->act_q8 && wk_q8_format(ms[i]->fmt);
+        j.start[i + 1] = j.start[i] + it[i].m->rows;
+        work += (uint64_t)it[i].m->rows * it[i].m->cols;
     }
-    if (q8) {
-        wk_quantize_q8(x, ms[0]->cols, ctx->xq, ctx->xd);
-        j.xq = ctx->xq; j.xd = ctx->xd;
-    }
-    if (work >= 4096 && wp_size(ctx->pool) > 1) wp_run(ctx->pool, j.start[n], mv_many_rows, &j);
-    else mv_many_rows(&j, 0, j.start[n]);
+    if (work >= FORK_MIN_WORK && wp_size(ctx->pool) > 1) wp_run(ctx->pool, j.start[n], mv_rows, &j);
+    else mv_rows(&j, 0, j.start[n]);
+}
+
+/* Whether m meets its input quantized (WASTE_ACT_Q8 and an int8/int4/mxfp4 matrix). */
+static int meets_q8(const waste_ctx *ctx, const wm_mat *m) { return ctx->act_q8 && wk_q8_format(m->fmt); }
+
+/* ys[i] = ms[i]·x for n ≤ MV_ITEMS matrices of one input width in one fork-join; no y aliases
+ * x. The input is quantized once, into quantized input buffer qi (0 or 1: two inputs can be
+ * held at once), when any matrix meets it quantized (cols ≤ maxw: every input is an
+ * activation buffer). */
+static void matvec_many_q(waste_ctx *ctx, uint32_t n, const wm_mat *const *ms, const float *x, float *const *ys,
+                          uint32_t qi, mv_item *it) {
+    int8_t *xq = ctx->xq + (uint64_t)qi * ctx->maxw;
+    float *xd = ctx->xd + (uint64_t)qi * (ctx->maxw / 32 + 1);
+    int q8 = 0;
+    for (uint32_t i = 0; i < n; i++) q8 |= meets_q8(ctx, ms[i]);
+    if (q8) wk_quantize_q8(x, ms[0]->cols, xq, xd);
+    for (uint32_t i = 0; i < n; i++)
+        it[i] = (mv_item){ms[i], x, meets_q8(ctx, ms[i]) ? xq : NULL, meets_q8(ctx, ms[i]) ? xd : NULL, ys[i]};
+}
+
+static void matvec_many(waste_ctx *ctx, uint32_t n, const wm_mat *const *ms, const float *x, float *const *ys) {
+    mv_item it[MV_ITEMS];
+    matvec_many_q(ctx, n, ms, x, ys, 0, it);
+    matvec_items(ctx, n, it);
 }
 
 /* y[rows] = M·x; y must not alias x. */
@@ -492,12 +539,15 @@ static void kda_step(waste_ctx *ctx, uint32_t l, const float *xn, float *out) {
     float *p[3] = {ctx->buf[0], ctx->buf[1], ctx->buf[2]};   /* q, k, v: [hd] */
     float *fa = ctx->buf[3], *g = ctx->buf[4], *beta = ctx->buf[5], *z = ctx->buf[6], *y = ctx->buf[7];
     float *r = ctx->buf[8], *delta = ctx->buf[9];
-    /* Every projection of xn in one fork-join: q, k, v, f_a, b_proj and the full gate. */
-    // xn: [H] -> p[q|k|v]: [hd] (hd = Hk * d), fa: [d], beta: [Hk], z: [hd] (full gate)
+    /* Every projection of xn in one fork-join: q, k, v, f_a, b_proj and the gate's first
+     * matrix (the full-rank gate, or g_a of the low-rank one into ga). */
+    // xn: [H] -> p[q|k|v]: [hd] (hd = Hk * d), fa: [d], beta: [Hk], z: [hd] (full gate) or ga: [d]
+    float *ga = r;   /* r is free until the delta rule; g_b reads ga before it */
     {
-        const wm_mat *ms[] = {&L->q_proj, &L->k_proj, &L->v_proj, &L->f_a, &L->b_proj, &L->kda_g};
-        float *ys[] = {p[0], p[1], p[2], fa, beta, z};
-        matvec_many(ctx, c->kda_full_gate ? 6 : 5, ms, xn, ys);
+        const wm_mat *ms[] = {&L->q_proj, &L->k_proj, &L->v_proj, &L->f_a, &L->b_proj,
+                              c->kda_full_gate ? &L->kda_g : &L->g_a};
+        float *ys[] = {p[0], p[1], p[2], fa, beta, c->kda_full_gate ? z : ga};
+        matvec_many(ctx, 6, ms, xn, ys);
     }
     /* Short conv over the last K-1 pre-conv inputs plus the current one, then SiLU. */
     // conv state st: [3][hd][K-1] (oldest tap first), taps w: [hd][K]
@@ -525,8 +575,14 @@ static void kda_step(waste_ctx *ctx, uint32_t l, const float *xn, float *out) {
     }
     /* Per-channel decay gate, a = f_b(f_a x) + dt_bias: g = -exp(A_log[h]) * softplus(a), or
      * with the lower bound λ (docs/ENGINE.md §4.2.6) g = λ * σ(exp(A_log[h]) * a), no softplus. */
-    // fa: [d] -> g: [hd]; a_log: [Hk], dt_bias: [hd]
-    matvec(ctx, &L->f_b, fa, g);
+    // fa: [d] -> g: [hd], and (low-rank gate) ga: [d] -> z: [hd], in one fork-join; a_log: [Hk], dt_bias: [hd]
+    {
+        mv_item it[2];
+        float *yg = g, *yz = z;
+        matvec_many_q(ctx, 1, &(const wm_mat *){&L->f_b}, fa, &yg, 0, it);
+        if (!c->kda_full_gate) matvec_many_q(ctx, 1, &(const wm_mat *){&L->g_b}, ga, &yz, 1, it + 1);
+        matvec_items(ctx, c->kda_full_gate ? 1 : 2, it);
+    }
     if (c->lower_bound) {
         for (uint32_t i = 0; i < hd; i++) g[i] = c->gate_lb * sigmoidf_(wn_expf(L->a_log[i / d]) * (g[i] + L->dt_bias[i]));
     } else {
@@ -535,12 +591,8 @@ static void kda_step(waste_ctx *ctx, uint32_t l, const float *xn, float *out) {
             g[i] = -wn_expf(L->a_log[i / d]) * softplusf_(a);
         }
     }
-    // beta: [Hk]; z: [hd] (full-rank g_proj: [hd][H], done above, or g_b: [hd][d] after g_a: [d][H])
+    // beta: [Hk]; z: [hd] (full-rank g_proj: [hd][H], or g_b·(g_a·xn), both done above)
     for (uint32_t h = 0; h < Hk; h++) beta[h] = sigmoidf_(beta[h]);
-    if (!c->kda_full_gate) {
-        matvec(ctx, &L->g_a, xn, fa);
-        matvec(ctx, &L->g_b, fa, z);
-    }
     /* Delta rule per head (kda_heads), the heads split over the pool. */
     // r, delta: [Hk][d] (buf 8, 9 hold max_width ≥ Hk·d); y: [Hk][d] -> out: [H]
     kda_job job = {ctx, L, l, q, k, v, g, beta, z, r, delta, y};
@@ -550,37 +602,52 @@ static void kda_step(waste_ctx *ctx, uint32_t l, const float *xn, float *out) {
 }
 
 /* ==== MLA (NoPE, latent cache, kv_b absorbed) ====================================== */
-/* The per-head work on kv_b of heads [h0, h1), split over the pool: the absorbed query
- * qabs[h] = W_knᵀ q_n (decoding kv_b's nope rows of the head) before the scores, and the
- * head's output o[h] = W_v ctxc[h] after them. Each head owns its rows of qabs, ctxc, the
- * decode scratch and o, and its sums run in the same order on any worker: the same bits at
- * any thread count. The scores between them stay in position order on the caller. */
+/* Heads [h0, h1) of one token, split over the pool: the absorbed query qabs[h] = W_knᵀ q_n
+ * (kv_b's nope rows of the head folded into the query), the scores against every cached
+ * latent in position order, their softmax, the context ctxc[h] = Σ_t p_t c_kv[t], and the
+ * head's output o[h] = W_v ctxc[h]. Each head owns its rows of qabs, ctxc, the decode
+ * scratch, its scores and o, and its sums run in the same order on any worker: the same bits
+ * at any thread count. */
 typedef struct {
-    waste_ctx *ctx; const wm_layer *L; const float *q; float *qabs, *ctxc, *row, *o;
+    waste_ctx *ctx; const wm_layer *L; const float *q, *lat; float *qabs, *ctxc, *row, *o;
+    uint64_t pos; float scale;
 } mla_job;
 
-static void mla_absorb(void *arg, uint32_t h0, uint32_t h1) {
-    const mla_job *j = arg;
-    const wc_config *c = &j->ctx->c.cfg;
-    uint32_t dn = c->d_nope, dr = c->d_rope, dv = c->d_v, r = c->kv_rank;
-    for (uint32_t h = h0; h < h1; h++) {
-        const float *qn = j->q + (uint64_t)h * (dn + dr);
-        float *qabs = j->qabs + (uint64_t)h * r, *row = j->row + (uint64_t)h * r;
-        /* q_n · (W_kn c) = (W_knᵀ q_n) · c: fold the nope rows of kv_b into the query. */
-        // kv_b: [nh][dn + dv][r]; qabs, row: [nh][r]
-        for (uint32_t i = 0; i < r; i++) qabs[i] = 0.0f;
-        for (uint32_t i = 0; i < dn; i++) wk_axpy_row(j->ctx->k, &j->L->kv_b, h * (dn + dv) + i, qn[i], qabs, row);
-    }
+/* y[j] += p·x[j], elementwise (a product, then a sum, each rounded). */
+static void add_scaled(float *restrict y, float p, const float *restrict x, uint32_t n) {
+    for (uint32_t j = 0; j < n; j++) y[j] += p * x[j];
 }
 
-static void mla_values(void *arg, uint32_t h0, uint32_t h1) {
+static void mla_heads(void *arg, uint32_t h0, uint32_t h1) {
     const mla_job *j = arg;
-    const wc_config *c = &j->ctx->c.cfg;
-    uint32_t dn = c->d_nope, dv = c->d_v, r = c->kv_rank;
-    // ctxc: [nh][r] -> o: [nh][dv]
-    for (uint32_t h = h0; h < h1; h++)
-        for (uint32_t i = 0; i < dv; i++)
-            j->o[h * dv + i] = wk_dot_row(j->ctx->k, &j->L->kv_b, h * (dn + dv) + dn + i, j->ctxc + (uint64_t)h * r);
+    waste_ctx *ctx = j->ctx;
+    const wc_config *c = &ctx->c.cfg;
+    uint32_t dn = c->d_nope, dr = c->d_rope, dv = c->d_v, r = c->kv_rank, lw = r + dr;
+    for (uint32_t h = h0; h < h1; h++) {
+        const float *qn = j->q + (uint64_t)h * (dn + dr), *qr = qn + dn;
+        float *qabs = j->qabs + (uint64_t)h * r, *row = j->row + (uint64_t)h * r, *ctxc = j->ctxc + (uint64_t)h * r;
+        float *sc = ctx->scores + (uint64_t)h * ctx->ctx_tokens;
+        /* q_n · (W_kn c) = (W_knᵀ q_n) · c: fold the nope rows of kv_b into the query. */
+        // kv_b: [nh][dn + dv][r]; qabs, row, ctxc: [nh][r]; scores: [nh][ctx_tokens]
+        for (uint32_t i = 0; i < r; i++) qabs[i] = 0.0f;
+        for (uint32_t i = 0; i < dn; i++) wk_axpy_row(ctx->k, &j->L->kv_b, h * (dn + dv) + i, qn[i], qabs, row);
+        // scores: [pos + 1], in position order
+        float mx = -INFINITY;
+        for (uint64_t t = 0; t <= j->pos; t++) {
+            const float *lt = j->lat + t * lw;
+            float s = ctx->k->dot_f32(qabs, lt, r) + (dr ? ctx->k->dot_f32(qr, lt + r, dr) : 0.0f);
+            s *= j->scale;
+            sc[t] = s;
+            if (s > mx) mx = s;
+        }
+        float sum = 0.0f;
+        for (uint64_t t = 0; t <= j->pos; t++) { sc[t] = wn_expf(sc[t] - mx); sum += sc[t]; }
+        // ctxc[h]: [r] = sum_t p_t c_kv[t], each element summed in position order
+        for (uint32_t i = 0; i < r; i++) ctxc[i] = 0.0f;
+        for (uint64_t t = 0; t <= j->pos; t++) add_scaled(ctxc, sc[t] / sum, j->lat + t * lw, r);
+        // ctxc: [r] -> o[h]: [dv]
+        for (uint32_t i = 0; i < dv; i++) j->o[h * dv + i] = wk_dot_row(ctx->k, &j->L->kv_b, h * (dn + dv) + dn + i, ctxc);
+    }
 }
 
 static void mla_step(waste_ctx *ctx, uint32_t l, const float *xn, uint64_t pos, float *out) {
@@ -589,51 +656,26 @@ static void mla_step(waste_ctx *ctx, uint32_t l, const float *xn, uint64_t pos, 
     uint32_t nh = c->mla_heads, dn = c->d_nope, dr = c->d_rope, dv = c->d_v, r = c->kv_rank, lw = r + dr;
     float *q = ctx->buf[0], *qa = ctx->buf[1], *ckv = ctx->buf[2], *qabs = ctx->buf[3], *ctxc = ctx->buf[4];
     float *o = ctx->buf[5], *row = ctx->buf[6];
-    // xn: [H] -> q: [nh][dn + dr] (via qa: [q_rank] with q-LoRA)
+    /* The projections of xn in one fork-join: q (or q-LoRA's down side) and kv_a. */
+    // xn: [H] -> q: [nh][dn + dr] (via qa: [q_rank] with q-LoRA); ckv: [r + dr]
+    {
+        const wm_mat *ms[] = {c->q_rank ? &L->mq_a : &L->mq, &L->kv_a};
+        float *ys[] = {c->q_rank ? qa : q, ckv};
+        matvec_many(ctx, 2, ms, xn, ys);
+    }
     if (c->q_rank) {
-        matvec(ctx, &L->mq_a, xn, qa);
         rmsnorm(qa, qa, L->q_a_norm, c->q_rank, c->mla_eps);
         matvec(ctx, &L->mq_b, qa, q);
-    } else {
-        matvec(ctx, &L->mq, xn, q);
     }
-    // ckv: [r + dr]; latent cache lat: [ctx_tokens][r + dr] = (c_kv normed, k_r) per position
-    matvec(ctx, &L->kv_a, xn, ckv);
+    // latent cache lat: [ctx_tokens][r + dr] = (c_kv normed, k_r) per position
     float *lat = ctx->lat[l];
     float *cur = lat + pos * lw;
     rmsnorm(cur, ckv, L->kv_a_norm, r, c->mla_eps);
     memcpy(cur + r, ckv + r, dr * sizeof(float));
-    float scale = 1.0f / sqrtf((float)(dn + dr));
     // qabs, ctxc, row: [nh][r] (buf 3, 4, 6 hold max_width ≥ nh·r)
-    mla_job job = {ctx, L, q, qabs, ctxc, row, o};
-    int split = nh > 1 && wp_size(ctx->pool) > 1;
-    if (split) wp_run(ctx->pool, nh, mla_absorb, &job);
-    else mla_absorb(&job, 0, nh);
-    for (uint32_t h = 0; h < nh; h++) {
-        const float *qr = q + (uint64_t)h * (dn + dr) + dn, *qa_h = qabs + (uint64_t)h * r;
-        float *ctxc_h = ctxc + (uint64_t)h * r;
-        // scores: [pos + 1], in position order
-        float mx = -INFINITY;
-        for (uint64_t t = 0; t <= pos; t++) {
-            const float *lt = lat + t * lw;
-            float s = ctx->k->dot_f32(qa_h, lt, r) + (dr ? ctx->k->dot_f32(qr, lt + r, dr) : 0.0f);
-            s *= scale;
-            ctx->scores[t] = s;
-            if (s > mx) mx = s;
-        }
-        float sum = 0.0f;
-        for (uint64_t t = 0; t <= pos; t++) { ctx->scores[t] = wn_expf(ctx->scores[t] - mx); sum += ctx->scores[t]; }
-        // ctxc[h]: [r] = sum_t p_t c_kv[t]
-        for (uint32_t j = 0; j < r; j++) ctxc_h[j] = 0.0f;
-        for (uint64_t t = 0; t <= pos; t++) {
-            float pt = ctx->scores[t] / sum;
-            const float *lt = lat + t * lw;
-            for (uint32_t j = 0; j < r; j++) ctxc_h[j] += pt * lt[j];
-        }
-    }
-    // o_h: [dv] = W_v ctxc[h]
-    if (split) wp_run(ctx->pool, nh, mla_values, &job);
-    else mla_values(&job, 0, nh);
+    mla_job job = {ctx, L, q, lat, qabs, ctxc, row, o, pos, 1.0f / sqrtf((float)(dn + dr))};
+    if (nh > 1 && wp_size(ctx->pool) > 1) wp_run(ctx->pool, nh, mla_heads, &job);
+    else mla_heads(&job, 0, nh);
     /* Sigmoid output gate on the concatenated heads (docs/ENGINE.md §4.2.4); row is free again. */
     // xn: [H] -> row: [nh * dv]; o: [nh][dv] -> out: [H]
     if (c->mla_gate) {
@@ -646,23 +688,103 @@ static void mla_step(waste_ctx *ctx, uint32_t l, const float *xn, uint64_t pos, 
 /* ==== FFN ========================================================================== */
 /* y = down(act(gate x, up x)): silu(g)·u, or SiTU (docs/ENGINE.md §4.2.1)
  * β·tanh(g/β)·σ(g) · β_l·tanh(u/β_l), with u unchanged when β_l is unset. */
-static void swiglu(waste_ctx *ctx, const wm_mat *gate, const wm_mat *up, const wm_mat *down, const float *x, float *y) {
-    const wc_config *c = &ctx->c.cfg;
-    float *g = ctx->buf[9], *u = ctx->buf[10];
-    // x: [gate->cols] -> g, u: [I] (gate->rows) -> y: [down->rows]
-    const wm_mat *gu[] = {gate, up};
-    float *ys[] = {g, u};
-    matvec_many(ctx, 2, gu, x, ys);
+static void ffn_act(const wc_config *c, float *g, const float *u, uint32_t i0, uint32_t i1) {
     if (!c->situ) {
-        for (uint32_t i = 0; i < gate->rows; i++) g[i] = siluf_(g[i]) * u[i];
+        for (uint32_t i = i0; i < i1; i++) g[i] = siluf_(g[i]) * u[i];
     } else {
         float b = c->situ_beta, bl = c->situ_lbeta;
-        for (uint32_t i = 0; i < gate->rows; i++) {
+        for (uint32_t i = i0; i < i1; i++) {
             float left = b * wn_tanhf(g[i] / b) * sigmoidf_(g[i]);
             g[i] = left * (c->has_lbeta ? bl * wn_tanhf(u[i] / bl) : u[i]);
         }
     }
-    matvec(ctx, down, g, y);
+}
+
+/* A wave: up to wave_cap FFNs (routed experts on their tokens, shared experts, a dense FFN)
+ * in two fork-joins instead of two each. The first computes every gate and up row, numbered
+ * through the tasks, and the activation of the rows it computed; the second every down row.
+ * Each row has one owner and each task its own buffers, so the bits are those of one FFN
+ * at a time, at any thread count. */
+typedef struct {
+    const wm_mat *gate, *up, *down;
+    const float *x; const int8_t *xq; const float *xd;   /* input [gate->cols], quantized or NULL */
+    uint32_t buf;                                       /* its wave buffer (< wave_cap) */
+    float *g, *u, *y;                                   /* [I], [I], [down->rows]: the buffer's */
+    int8_t *gq; float *gd;                              /* act(g, u) quantized for down */
+} ffn_task;
+
+typedef struct { const waste_ctx *ctx; const ffn_task *t; uint32_t n; uint32_t start[WM_WAVE_MAX + 1]; } ffn_job;
+
+static void ffn_gate_up_rows(void *arg, uint32_t b, uint32_t e) {
+    const ffn_job *j = arg;
+    for (uint32_t i = 0; i < j->n; i++) {
+        uint32_t lo = MAX(b, j->start[i]), hi = MIN(e, j->start[i + 1]);
+        if (lo >= hi) continue;
+        const ffn_task *t = &j->t[i];
+        uint32_t r0 = lo - j->start[i], r1 = hi - j->start[i];
+        wk_matvec_rows(j->ctx->k, t->gate, r0, r1, t->x, t->xq, t->xd, t->g);
+        wk_matvec_rows(j->ctx->k, t->up, r0, r1, t->x, t->xq, t->xd, t->u);
+        ffn_act(&j->ctx->c.cfg, t->g, t->u, r0, r1);
+    }
+}
+
+static void ffn_down_rows(void *arg, uint32_t b, uint32_t e) {
+    const ffn_job *j = arg;
+    for (uint32_t i = 0; i < j->n; i++) {
+        uint32_t lo = MAX(b, j->start[i]), hi = MIN(e, j->start[i + 1]);
+        const ffn_task *t = &j->t[i];
+        if (lo < hi) wk_matvec_rows(j->ctx->k, t->down, lo - j->start[i], hi - j->start[i], t->g, t->gq, t->gd, t->y);
+    }
+}
+
+static void ffn_run(waste_ctx *ctx, ffn_job *j, uint32_t rows, uint64_t work, wp_fn fn) {
+    if (work >= FORK_MIN_WORK && wp_size(ctx->pool) > 1) wp_run(ctx->pool, rows, fn, j);
+    else fn(j, 0, rows);
+}
+
+/* A wave buffer's FFN output y: [ffn_w]. */
+static float *ffn_out(const waste_ctx *ctx, uint32_t buf) { return ctx->wave_f + ((uint64_t)buf * 3 + 2) * ctx->ffn_w; }
+
+/* Runs tasks [0, n) (n ≤ wave_cap), each in its own wave buffer (t[i].buf, distinct); the
+ * output is left in the buffer's y (ffn_out). The inputs are quantized here, once per
+ * distinct input pointer in a row of tasks. */
+static void ffn_wave(waste_ctx *ctx, ffn_task *t, uint32_t n) {
+    ffn_job j = {.ctx = ctx, .t = t, .n = n};
+    uint64_t work = 0;
+    uint32_t fw = ctx->ffn_w;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t bi = t[i].buf;
+        t[i].g = ctx->wave_f + (uint64_t)bi * 3 * fw;
+        t[i].u = t[i].g + fw;
+        t[i].y = t[i].u + fw;
+        t[i].gq = ctx->wave_q + (uint64_t)bi * 2 * fw;
+        t[i].gd = ctx->wave_d + (uint64_t)bi * 2 * (fw / 32 + 1);
+        int q8 = meets_q8(ctx, t[i].gate) || meets_q8(ctx, t[i].up);
+        if (q8 && i > 0 && t[i - 1].x == t[i].x && t[i - 1].xq) { t[i].xq = t[i - 1].xq; t[i].xd = t[i - 1].xd; }
+        else if (q8) {
+            int8_t *xq = t[i].gq + fw; float *xd = t[i].gd + fw / 32 + 1;
+            wk_quantize_q8(t[i].x, t[i].gate->cols, xq, xd);
+            t[i].xq = xq; t[i].xd = xd;
+        } else { t[i].xq = NULL; t[i].xd = NULL; }
+        j.start[i + 1] = j.start[i] + t[i].gate->rows;
+        work += 2ull * t[i].gate->rows * t[i].gate->cols;
+    }
+    ffn_run(ctx, &j, j.start[n], work, ffn_gate_up_rows);
+    work = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (meets_q8(ctx, t[i].down)) wk_quantize_q8(t[i].g, t[i].down->cols, t[i].gq, t[i].gd);
+        else { t[i].gq = NULL; t[i].gd = NULL; }
+        j.start[i + 1] = j.start[i] + t[i].down->rows;
+        work += (uint64_t)t[i].down->rows * t[i].down->cols;
+    }
+    ffn_run(ctx, &j, j.start[n], work, ffn_down_rows);
+}
+
+/* One FFN: y = down(act(gate x, up x)), through wave buffer 0; y must not alias x. */
+static void swiglu(waste_ctx *ctx, const wm_mat *gate, const wm_mat *up, const wm_mat *down, const float *x, float *y) {
+    ffn_task t = {.gate = gate, .up = up, .down = down, .x = x, .buf = 0};
+    ffn_wave(ctx, &t, 1);
+    memcpy(y, t.y, (uint64_t)down->rows * sizeof(float));
 }
 
 static void route(waste_ctx *ctx, const wm_layer *L, const float *xn, int32_t *sel, float *w) {
@@ -707,14 +829,37 @@ static int32_t lookahead(waste_ctx *ctx, uint32_t l) {
     return WASTE_OK;
 }
 
+/* Lands fetched expert x's record (waiting for its read if needed) and points its matrices
+ * into it. */
+static int32_t expert_ready(waste_ctx *ctx, const wc_bank *b, wm_expert *x) {
+    const uint8_t *rec = NULL;
+    int32_t st = we_ready(ctx, x->slot, &rec);
+    if (st) return st;
+    const uint8_t *body = rec + 256;
+    // record body: gate [I][R], up [I][R], down [R][I] (docs/FORMAT.md §5)
+    for (int q = 0; q < 3; q++)
+        x->m[q] = (wm_mat){b->fmt, b->group, b->rows[q], b->cols[q], wf_row_bytes(b->fmt, b->group, b->cols[q]),
+                           body + b->block_off[q]};
+    x->state = WM_EX_READY;
+    return WASTE_OK;
+}
+
 /* Routed experts on x, or on z = latent_down·x under a latent MoE (docs/ENGINE.md §4.2.2), summed
  * in ascending expert id; the latent sum is optionally RMS-normed and projected up to H.
- * Shared experts (on x, unscaled) come last, then the sum joins the residual stream. */
+ * Shared experts (on x, unscaled) come last, then the sum joins the residual stream.
+ *
+ * The work is a list of tasks in summing order: each used expert in ascending id on each of
+ * its tokens, then (without a latent) the shared experts on each token. Tasks [s, s + wave_cap)
+ * own the wave buffers (task i: buffer i mod wave_cap) and may be computed in any order: a
+ * wave (ffn_wave) is every one of them whose record has landed, and when none has, the first
+ * one's record is waited for. After each wave the computed prefix of the list is added to the
+ * sums in list order, so every token adds its experts in ascending id whatever order the reads
+ * land in. A decode token's list fits in the buffers: its layer is one wave when every
+ * expert is cached, and streaming, each wave takes whatever the reads have delivered. */
 static int32_t moe_chunk(waste_ctx *ctx, uint32_t l, uint32_t n) {
     const wc_config *c = &ctx->c.cfg;
     const wm_layer *L = &ctx->layers[l];
-    uint32_t H = c->hidden, k = c->top_k, R = c->rz ? c->rz : H;
-    float *y = ctx->buf[8];
+    uint32_t H = c->hidden, k = c->top_k, R = c->rz ? c->rz : H, cap = ctx->wave_cap;
     /* The experts' input and their weighted sum: z and lacc [n][Rz] (latent), else xn and acc [n][H]. */
     float *ein = c->rz ? ctx->lz : ctx->xn, *eacc = c->rz ? ctx->lacc : ctx->acc;
     memset(ctx->expert_used, 0, c->n_experts);
@@ -725,46 +870,91 @@ static int32_t moe_chunk(waste_ctx *ctx, uint32_t l, uint32_t n) {
         if (c->rz) matvec(ctx, &L->lat_down, ctx->xn + (uint64_t)t * H, ctx->lz + (uint64_t)t * R);
         memset(eacc + (uint64_t)t * R, 0, R * sizeof(float));
     }
+    /* The used experts ascending, and the tasks in summing order. */
+    // exs: [m]; tasks: [n * (k + 1)]
+    wm_expert *ex = ctx->exs;
+    uint32_t m = 0, nt = 0;
+    for (uint32_t e = 0; e < c->n_experts; e++)
+        if (ctx->expert_used[e]) ex[m++] = (wm_expert){.id = (int32_t)e, .slot = -1};
+    for (uint32_t i = 0; i < m; i++)
+        for (uint32_t t = 0; t < n; t++)
+            for (uint32_t j = 0; j < k; j++)
+                if (ctx->sel[(uint64_t)t * k + j] == ex[i].id) {
+                    ctx->tasks[nt++] = (wm_task){(int32_t)i, t, ctx->selw[(uint64_t)t * k + j], 0};
+                    ex[i].left++;
+                }
+    if (L->has_ffn && !c->rz)
+        for (uint32_t t = 0; t < n; t++) ctx->tasks[nt++] = (wm_task){-1, t, 1.0f, 0};
     const wc_bank *b = &ctx->c.banks[L->bank];
     uint32_t bank = (uint32_t)L->bank;
     we_begin_layer(&ctx->cache, bank, ctx->expert_used);
-    /* Reads: with io_threads, a window of up to k of the layer's experts is fetched ahead (all
-     * of a decode token's misses queued at once; k more slots stay for the next layer's
-     * guesses, so a window never needs more than the min cache); without, one at a time. */
-    uint32_t W = ctx->io ? MIN(k, WE_REQS / 2) : 1, head = 0, count = 0, ei = 0;
-    int32_t win[WE_REQS];
+    /* Reads: up to k of the layer's experts are pinned at once, fetched in ascending id, each
+     * until its last task is computed (with io_threads all of a decode token's misses are
+     * queued at once; k more slots stay for the next layer's guesses, so the pins never exceed
+     * the min cache); without readers each miss is read on this thread as it is fetched. */
+    uint32_t W = MIN(k, WE_REQS / 2), fetched = 0, pinned = 0, s = 0;
     /* Lookahead (decode only): the next MoE layer's router on this layer's FFN input guesses
      * its experts; their reads are queued behind this layer's. The real router still decides. */
     int guess = ctx->lookahead && ctx->io && n == 1 && k <= WE_REQS / 2;
-    /* Ascending expert id: every token accumulates its experts in id order, whatever order the
-     * reads land in (each expert waits for its own record). */
-    for (uint32_t e = 0; e < c->n_experts; e++) {
-        if (!ctx->expert_used[e]) continue;
-        int32_t st = WASTE_OK;
-        for (; count < W && ei < c->n_experts && st == WASTE_OK; ei++)
-            if (ctx->expert_used[ei]) st = we_fetch(ctx, bank, ei, &win[(head + count++) % WE_REQS]);
-        if (st == WASTE_OK && guess) { guess = 0; st = lookahead(ctx, l); }
-        int32_t slot = win[head];
-        head = (head + 1) % WE_REQS; count--;
-        const uint8_t *rec = NULL;
-        if (st == WASTE_OK) st = we_ready(ctx, slot, &rec);
-        if (st) { we_drain(ctx); return st; }
-        const uint8_t *body = rec + 256;
-        // record body: gate [I][R], up [I][R], down [R][I] (docs/FORMAT.md §5)
-        wm_mat mg = {b->fmt, b->group, b->rows[0], b->cols[0], wf_row_bytes(b->fmt, b->group, b->cols[0]), body + b->block_off[0]};
-        wm_mat mu = {b->fmt, b->group, b->rows[1], b->cols[1], wf_row_bytes(b->fmt, b->group, b->cols[1]), body + b->block_off[1]};
-        wm_mat md = {b->fmt, b->group, b->rows[2], b->cols[2], wf_row_bytes(b->fmt, b->group, b->cols[2]), body + b->block_off[2]};
-        for (uint32_t t = 0; t < n; t++) {
-            for (uint32_t j = 0; j < k; j++) {
-                if (ctx->sel[(uint64_t)t * k + j] != (int32_t)e) continue;
-                float w = ctx->selw[(uint64_t)t * k + j];
-                swiglu(ctx, &mg, &mu, &md, ein + (uint64_t)t * R, y);
-                float *a = eacc + (uint64_t)t * R;
-                for (uint32_t i = 0; i < R; i++) a[i] += y[i] * w;
-            }
+    ffn_task wave[WM_WAVE_MAX];
+    uint32_t widx[WM_WAVE_MAX];
+    int32_t st = WASTE_OK;
+    while (s < nt && st == WASTE_OK) {
+        for (; pinned < W && fetched < m && st == WASTE_OK; fetched++, pinned++) {
+            st = we_fetch(ctx, bank, (uint32_t)ex[fetched].id, &ex[fetched].slot);
+            ex[fetched].state = WM_EX_FETCHED;
         }
-        we_unpin(&ctx->cache, slot);
+        if (st == WASTE_OK && guess) { guess = 0; st = lookahead(ctx, l); }
+        /* The wave: every task of [s, s + cap) not yet computed whose record has landed. When
+         * none has, the first one's record is waited for, then the others are looked at again. */
+        uint32_t end = MIN(nt, s + cap), w = 0;
+        int ready = 0;
+        for (uint32_t p = s; p < end && !ready; p++) {
+            const wm_task *tk = &ctx->tasks[p];
+            ready = !tk->done && (tk->ex < 0 || ex[tk->ex].state == WM_EX_READY ||
+                                  (ex[tk->ex].state == WM_EX_FETCHED && we_landed(ctx, ex[tk->ex].slot)));
+        }
+        if (!ready) {
+            uint32_t p = s;
+            while (ctx->tasks[p].done) p++;   /* s < nt and task s is not done */
+            /* Its expert is fetched: every expert below it is done and unpinned, so the
+             * window reached it. */
+            if (ex[ctx->tasks[p].ex].state == WM_EX_FETCHED) st = expert_ready(ctx, b, &ex[ctx->tasks[p].ex]);
+        }
+        for (uint32_t p = s; p < end && st == WASTE_OK; p++) {
+            const wm_task *tk = &ctx->tasks[p];
+            if (tk->done) continue;
+            wm_expert *x = tk->ex >= 0 ? &ex[tk->ex] : NULL;
+            if (x && x->state == WM_EX_FETCHED && we_landed(ctx, x->slot)) st = expert_ready(ctx, b, x);
+            if (st || (x && x->state != WM_EX_READY)) continue;
+            wave[w] = x ? (ffn_task){.gate = &x->m[0], .up = &x->m[1], .down = &x->m[2], .x = ein + (uint64_t)tk->t * R}
+                        : (ffn_task){.gate = &L->gate, .up = &L->up, .down = &L->down, .x = ctx->xn + (uint64_t)tk->t * H};
+            wave[w].buf = p % cap;
+            widx[w++] = p;
+        }
+        if (st == WASTE_OK && w == 0) {   /* cannot happen (see above); never loop on it */
+            wu_errf(ctx->err, sizeof ctx->err, "layer %u: no expert task could run (%u of %u summed)", l, s, nt);
+            st = WASTE_E_STATE;
+        }
+        if (st) break;
+        ffn_wave(ctx, wave, w);
+        for (uint32_t i = 0; i < w; i++) {
+            wm_task *tk = &ctx->tasks[widx[i]];
+            tk->done = 1;
+            /* An expert whose every task is computed gives its slot back. */
+            if (tk->ex >= 0 && --ex[tk->ex].left == 0) { we_unpin(&ctx->cache, ex[tk->ex].slot); ex[tk->ex].state = WM_EX_DONE; pinned--; }
+        }
+        /* The computed prefix joins the sums, in list order. */
+        for (; s < nt && ctx->tasks[s].done; s++) {
+            const wm_task *tk = &ctx->tasks[s];
+            float *a = (tk->ex < 0 ? ctx->acc + (uint64_t)tk->t * H : eacc + (uint64_t)tk->t * R);
+            const float *y = ffn_out(ctx, s % cap);
+            uint32_t rows = tk->ex < 0 ? L->down.rows : b->rows[2];
+            if (tk->ex < 0) for (uint32_t r = 0; r < rows; r++) a[r] += y[r];
+            else for (uint32_t r = 0; r < rows; r++) a[r] += y[r] * tk->w;
+        }
     }
+    if (st) { we_drain(ctx); return st; }
     if (ctx->lookahead) we_settle_guesses(ctx, bank);
     // latent: lacc[t]: [Rz] -> (RMSNorm into buf[9]) -> acc[t]: [H]; then shared experts, then xs: [n][H] += acc
     for (uint32_t t = 0; t < n; t++) {
@@ -773,10 +963,11 @@ static int32_t moe_chunk(waste_ctx *ctx, uint32_t l, uint32_t n) {
             const float *la = ctx->lacc + (uint64_t)t * R;
             if (L->lat_norm) { rmsnorm(ctx->buf[9], la, L->lat_norm, R, c->rms_eps); la = ctx->buf[9]; }
             matvec(ctx, &L->lat_up, la, a);
-        }
-        if (L->has_ffn) {
-            swiglu(ctx, &L->gate, &L->up, &L->down, ctx->xn + (uint64_t)t * H, y);
-            for (uint32_t i = 0; i < H; i++) a[i] += y[i];
+            if (L->has_ffn) {
+                float *y = ctx->buf[8];
+                swiglu(ctx, &L->gate, &L->up, &L->down, ctx->xn + (uint64_t)t * H, y);
+                for (uint32_t i = 0; i < H; i++) a[i] += y[i];
+            }
         }
         float *x = ctx->xs + (uint64_t)t * H;
         for (uint32_t i = 0; i < H; i++) x[i] += a[i];
