@@ -233,10 +233,14 @@ void wk_axpy_int8_generic(const uint8_t *row, float a, float *y, uint32_t n, uin
     }
 }
 
+void wk_exp_f32_generic(const float *x, float *y, uint32_t n) {
+    for (uint32_t i = 0; i < n; i++) y[i] = wn_expf(x[i]);
+}
+
 static const wk_kernels generic_kernels = {
     "generic", wk_dot_f32_generic, wk_dot_bf16_generic, wk_dot_int8_generic, wk_dot_int4_generic,
     wk_dot_mxfp4_generic, wk_rows_f32act_generic, wk_rows_q8_generic,
-    wk_decay_read_generic, wk_update_read_generic, wk_axpy_int8_generic,
+    wk_decay_read_generic, wk_update_read_generic, wk_axpy_int8_generic, wk_exp_f32_generic,
 };
 
 #if defined(__x86_64__) || defined(__i386__)

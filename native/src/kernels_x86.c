@@ -441,14 +441,54 @@ AXPY_INT8(avx2, AVX2, __m256, 8, int8x8_ps, _mm256_loadu_ps, _mm256_storeu_ps, _
 AXPY_INT8(avx512, AVX512, __m512, 16, int8x16_ps, _mm512_loadu_ps, _mm512_storeu_ps, _mm512_mul_ps, _mm512_add_ps,
           _mm512_set1_ps)
 
+/* exp over floats, four lanes in double: numerics.c's wn_exp step for step (the same IEEE
+ * double operations in the same order, no FMA), so each lane is wn_expf's bits. |x| ≤ 700
+ * keeps k = round(x/ln2) in [-1010, 1010], where 2^k is a plain exponent; a group of four
+ * holding a NaN or a larger |x| goes through wn_expf instead, as does the tail. */
+AVX2 static void exp_f32_avx2(const float *x, float *y, uint32_t n) {
+    const __m256d lim = _mm256_set1_pd(700.0), half = _mm256_set1_pd(0.5), nhalf = _mm256_set1_pd(-0.5);
+    const __m256d zero = _mm256_setzero_pd(), one = _mm256_set1_pd(1.0), two = _mm256_set1_pd(2.0);
+    const __m256d ln2_hi = _mm256_set1_pd(6.93147180369123816490e-01), ln2_lo = _mm256_set1_pd(1.90821492927058770002e-10);
+    const __m256d inv_ln2 = _mm256_set1_pd(1.44269504088896338700e+00);
+    const __m256d p1 = _mm256_set1_pd(1.66666666666666019037e-01), p2 = _mm256_set1_pd(-2.77777777770155933842e-03),
+                  p3 = _mm256_set1_pd(6.61375632143793436117e-05), p4 = _mm256_set1_pd(-1.65339022054652515390e-06),
+                  p5 = _mm256_set1_pd(4.13813679705723846039e-08);
+    const __m256d absmask = _mm256_castsi256_pd(_mm256_set1_epi64x(0x7FFFFFFFFFFFFFFFll));
+    uint32_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        __m256d v = _mm256_cvtps_pd(_mm_loadu_ps(x + i));
+        /* NaN compares false: !(|v| <= 700) catches it with the large lanes */
+        if (_mm256_movemask_pd(_mm256_cmp_pd(_mm256_and_pd(v, absmask), lim, _CMP_LE_OQ)) != 0xF) {
+            for (uint32_t l = 0; l < 4; l++) y[i + l] = wn_expf(x[i + l]);
+            continue;
+        }
+        __m256d sgn = _mm256_blendv_pd(half, nhalf, _mm256_cmp_pd(v, zero, _CMP_LT_OQ));
+        __m128i k = _mm256_cvttpd_epi32(_mm256_add_pd(_mm256_mul_pd(v, inv_ln2), sgn));
+        __m256d dk = _mm256_cvtepi32_pd(k);
+        __m256d hi = _mm256_sub_pd(v, _mm256_mul_pd(dk, ln2_hi)), lo = _mm256_mul_pd(dk, ln2_lo);
+        __m256d r = _mm256_sub_pd(hi, lo), t = _mm256_mul_pd(r, r);
+        __m256d poly = _mm256_add_pd(p4, _mm256_mul_pd(t, p5));
+        poly = _mm256_add_pd(p3, _mm256_mul_pd(t, poly));
+        poly = _mm256_add_pd(p2, _mm256_mul_pd(t, poly));
+        poly = _mm256_add_pd(p1, _mm256_mul_pd(t, poly));
+        __m256d c = _mm256_sub_pd(r, _mm256_mul_pd(t, poly));
+        __m256d q = _mm256_div_pd(_mm256_mul_pd(r, c), _mm256_sub_pd(two, c));
+        __m256d e = _mm256_sub_pd(one, _mm256_sub_pd(_mm256_sub_pd(lo, q), hi));
+        __m256i bits = _mm256_slli_epi64(_mm256_add_epi64(_mm256_cvtepi32_epi64(k), _mm256_set1_epi64x(1023)), 52);
+        _mm_storeu_ps(y + i, _mm256_cvtpd_ps(_mm256_mul_pd(e, _mm256_castsi256_pd(bits))));
+    }
+    for (; i < n; i++) y[i] = wn_expf(x[i]);
+}
+
 const wk_kernels wk_avx2_kernels = {"avx2", dot_f32_avx2, dot_bf16_avx2, dot_int8_avx2, dot_int4_avx2, dot_mxfp4_avx2,
-                                    rows_avx2, rows_q8_avx2, decay_read_avx2, update_read_avx2, axpy_int8_avx2};
+                                    rows_avx2, rows_q8_avx2, decay_read_avx2, update_read_avx2, axpy_int8_avx2,
+                                    exp_f32_avx2};
 const wk_kernels wk_avx512_kernels = {"avx512", dot_f32_avx512, dot_bf16_avx512, dot_int8_avx512, dot_int4_avx512,
                                       dot_mxfp4_avx512, rows_avx512, rows_q8_avx2, decay_read_avx512,
-                                      update_read_avx512, axpy_int8_avx512};
+                                      update_read_avx512, axpy_int8_avx512, exp_f32_avx2};
 /* AVX-512 with VNNI (and VL, BW): the same set, its q8 integer dots by vpdpbusd (exact, so
  * the same bits as the maddubs form). */
 const wk_kernels wk_avx512vnni_kernels = {"avx512", dot_f32_avx512, dot_bf16_avx512, dot_int8_avx512, dot_int4_avx512,
                                           dot_mxfp4_avx512, rows_avx512, rows_q8_vnni, decay_read_avx512,
-                                          update_read_avx512, axpy_int8_avx512};
+                                          update_read_avx512, axpy_int8_avx512, exp_f32_avx2};
 #endif

@@ -426,9 +426,28 @@ void wm_reset_state(waste_ctx *ctx) {
 /* ==== math helpers (f32) =========================================================== */
 /* Transcendentals are the engine's own (numerics.c); sqrtf is IEEE-exact and stays libm's. */
 static float sigmoidf_(float x) { return 1.0f / (1.0f + wn_expf(-x)); }
-/* softplus(a) = log(1 + e^a) in f32, as the reference computes it; a > 20 passes through (§4.1). */
-static float softplusf_(float a) { return a > 20.0f ? a : wn_logf(1.0f + wn_expf(a)); }
-static float siluf_(float x) { return x * sigmoidf_(x); }
+
+/* σ and SiLU x·σ(x) over arrays, through the kernel set's exp (wn_expf's bits, lanes at a
+ * time): each element has sigmoidf_'s bits, and SiLU's is x times it, rounded. y may alias x. */
+#define ACT_CHUNK 64
+static void sigmoid_n(const wk_kernels *K, float *y, const float *x, uint32_t n) {
+    float e[ACT_CHUNK];
+    for (uint32_t i0 = 0; i0 < n; i0 += ACT_CHUNK) {
+        uint32_t m = MIN(ACT_CHUNK, n - i0);
+        for (uint32_t i = 0; i < m; i++) e[i] = -x[i0 + i];
+        K->exp_f32(e, e, m);
+        for (uint32_t i = 0; i < m; i++) y[i0 + i] = 1.0f / (1.0f + e[i]);
+    }
+}
+static void silu_n(const wk_kernels *K, float *y, const float *x, uint32_t n) {
+    float e[ACT_CHUNK];
+    for (uint32_t i0 = 0; i0 < n; i0 += ACT_CHUNK) {
+        uint32_t m = MIN(ACT_CHUNK, n - i0);
+        for (uint32_t i = 0; i < m; i++) e[i] = -x[i0 + i];
+        K->exp_f32(e, e, m);
+        for (uint32_t i = 0; i < m; i++) y[i0 + i] = x[i0 + i] * (1.0f / (1.0f + e[i]));
+    }
+}
 
 /* y = w ⊙ x / sqrt(mean(x²) + eps); x and y may alias. */
 static void rmsnorm(float *y, const float *x, const float *w, uint32_t n, float eps) {
@@ -523,12 +542,14 @@ static void kda_heads(void *arg, uint32_t h0, uint32_t h1) {
         const float *kh = j->k + h * d, *qh = j->q + h * d, *vh = j->v + h * d, *gh = j->g + h * d;
         float *r = j->r + h * d, *delta = j->delta + h * d, *o = j->y + h * d;
         for (uint32_t jj = 0; jj < d; jj++) r[jj] = 0.0f;
-        for (uint32_t i = 0; i < d; i++) K->decay_read(S + (uint64_t)i * d, wn_expf(gh[i]), kh[i], r, d);
+        K->exp_f32(gh, delta, d);   /* each key row's decay e^g (delta is free until below) */
+        for (uint32_t i = 0; i < d; i++) K->decay_read(S + (uint64_t)i * d, delta[i], kh[i], r, d);
         for (uint32_t jj = 0; jj < d; jj++) delta[jj] = (vh[jj] - r[jj]) * j->beta[h];
         for (uint32_t jj = 0; jj < d; jj++) o[jj] = 0.0f;
         for (uint32_t i = 0; i < d; i++) K->update_read(S + (uint64_t)i * d, kh[i], delta, qh[i], o, d);
         rmsnorm(o, o, j->L->o_norm, d, c->rms_eps);
-        for (uint32_t jj = 0; jj < d; jj++) o[jj] *= sigmoidf_(j->z[h * d + jj]);
+        sigmoid_n(K, r, j->z + h * d, d);   /* r is free again */
+        for (uint32_t jj = 0; jj < d; jj++) o[jj] *= r[jj];
     }
 }
 
@@ -561,8 +582,9 @@ static void kda_step(waste_ctx *ctx, uint32_t l, const float *xn, float *out) {
             u += w[(uint64_t)i * K + K - 1] * p[ch][i];
             for (uint32_t j = 0; j + 2 < K; j++) s[j] = s[j + 1];
             if (K > 1) s[K - 2] = p[ch][i];
-            p[ch][i] = siluf_(u);
+            p[ch][i] = u;
         }
+        silu_n(ctx->k, p[ch], p[ch], hd);
     }
     float *q = p[0], *k = p[1], *v = p[2];
     float qscale = 1.0f / sqrtf((float)d);
@@ -586,9 +608,14 @@ static void kda_step(waste_ctx *ctx, uint32_t l, const float *xn, float *out) {
     if (c->lower_bound) {
         for (uint32_t i = 0; i < hd; i++) g[i] = c->gate_lb * sigmoidf_(wn_expf(L->a_log[i / d]) * (g[i] + L->dt_bias[i]));
     } else {
-        for (uint32_t i = 0; i < hd; i++) {
-            float a = g[i] + L->dt_bias[i];
-            g[i] = -wn_expf(L->a_log[i / d]) * softplusf_(a);
+        /* softplus(a) = log(1 + e^a) in f32, as the reference computes it; a > 20 passes
+         * through (§4.1). */
+        float *ea = ctx->buf[10];   /* e^a */
+        for (uint32_t i = 0; i < hd; i++) g[i] = g[i] + L->dt_bias[i];
+        ctx->k->exp_f32(g, ea, hd);
+        for (uint32_t h = 0; h < Hk; h++) {
+            float A = wn_expf(L->a_log[h]);
+            for (uint32_t i = h * d; i < (h + 1) * d; i++) g[i] = -A * (g[i] > 20.0f ? g[i] : wn_logf(1.0f + ea[i]));
         }
     }
     // beta: [Hk]; z: [hd] (full-rank g_proj: [hd][H], or g_b·(g_a·xn), both done above)
@@ -641,7 +668,9 @@ static void mla_heads(void *arg, uint32_t h0, uint32_t h1) {
             if (s > mx) mx = s;
         }
         float sum = 0.0f;
-        for (uint64_t t = 0; t <= j->pos; t++) { sc[t] = wn_expf(sc[t] - mx); sum += sc[t]; }
+        for (uint64_t t = 0; t <= j->pos; t++) sc[t] = sc[t] - mx;
+        ctx->k->exp_f32(sc, sc, (uint32_t)(j->pos + 1));
+        for (uint64_t t = 0; t <= j->pos; t++) sum += sc[t];
         // ctxc[h]: [r] = sum_t p_t c_kv[t], each element summed in position order
         for (uint32_t i = 0; i < r; i++) ctxc[i] = 0.0f;
         for (uint64_t t = 0; t <= j->pos; t++) add_scaled(ctxc, sc[t] / sum, j->lat + t * lw, r);
@@ -688,9 +717,11 @@ static void mla_step(waste_ctx *ctx, uint32_t l, const float *xn, uint64_t pos, 
 /* ==== FFN ========================================================================== */
 /* y = down(act(gate x, up x)): silu(g)·u, or SiTU (docs/ENGINE.md §4.2.1)
  * β·tanh(g/β)·σ(g) · β_l·tanh(u/β_l), with u unchanged when β_l is unset. */
-static void ffn_act(const wc_config *c, float *g, const float *u, uint32_t i0, uint32_t i1) {
+static void ffn_act(const waste_ctx *ctx, float *g, const float *u, uint32_t i0, uint32_t i1) {
+    const wc_config *c = &ctx->c.cfg;
     if (!c->situ) {
-        for (uint32_t i = i0; i < i1; i++) g[i] = siluf_(g[i]) * u[i];
+        silu_n(ctx->k, g + i0, g + i0, i1 - i0);
+        for (uint32_t i = i0; i < i1; i++) g[i] = g[i] * u[i];
     } else {
         float b = c->situ_beta, bl = c->situ_lbeta;
         for (uint32_t i = i0; i < i1; i++) {
@@ -724,7 +755,7 @@ static void ffn_gate_up_rows(void *arg, uint32_t b, uint32_t e) {
         uint32_t r0 = lo - j->start[i], r1 = hi - j->start[i];
         wk_matvec_rows(j->ctx->k, t->gate, r0, r1, t->x, t->xq, t->xd, t->g);
         wk_matvec_rows(j->ctx->k, t->up, r0, r1, t->x, t->xq, t->xd, t->u);
-        ffn_act(&j->ctx->c.cfg, t->g, t->u, r0, r1);
+        ffn_act(j->ctx, t->g, t->u, r0, r1);
     }
 }
 

@@ -212,6 +212,43 @@ static int axpy_rows_agree(void) {
     return compared;
 }
 
+/* exp_f32 of every set against wn_expf, bit for bit: the edges (NaN, ±inf, ±0, the overflow
+ * and underflow limits, |x| = 700 where the SIMD lanes give way to wn_expf, subnormals) in
+ * every lane position, then random floats over [-120, 120] and random bit patterns; lengths
+ * that leave a tail. */
+static int exp_agrees(void) {
+    const wk_kernels *sets[3] = {wk_select(WASTE_KERNELS_GENERIC, NULL), wk_select(WASTE_KERNELS_AVX2, NULL),
+                                 wk_select(WASTE_KERNELS_AVX512, NULL)};
+    static const float edges[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 88.72283f, 88.72284f, -103.97208f, -87.33654f,
+                                  -87.33655f, -745.2f, 709.8f, 700.0f, -700.0f, 700.00006f, -700.00006f, 1e-45f, -1e-45f,
+                                  1e-38f, 0.5f, -0.5f, 0.34657359f, 3.4e38f, -3.4e38f, 1.0f, -1.0f};
+    enum { N = 1027 };
+    static float x[N], want[N], got[N];
+    int compared = 0;
+    for (int trial = 0; trial < 40; trial++) {
+        uint32_t n = trial < 4 ? (uint32_t)(sizeof edges / sizeof edges[0]) + (uint32_t)trial : N - (uint32_t)(trial % 4);
+        for (uint32_t i = 0; i < n; i++) {
+            if (trial < 4) x[i] = edges[(i + (uint32_t)trial) % (sizeof edges / sizeof edges[0])];
+            else if (trial % 2) x[i] = ((float)rnd() / 4294967296.0f - 0.5f) * 240.0f;
+            else { uint32_t b = rnd(); memcpy(&x[i], &b, 4); }
+        }
+        for (uint32_t i = 0; i < n; i++) want[i] = wn_expf(x[i]);
+        for (int si = 0; si < 3; si++) {
+            if (!sets[si]) continue;
+            sets[si]->exp_f32(x, got, n);
+            for (uint32_t i = 0; i < n; i++)
+                if (bits(got[i]) != bits(want[i])) {
+                    printf("FAIL: %s exp_f32 trial %d x[%u] = %a: %a, wn_expf %a\n", sets[si]->name, trial, i, x[i], got[i],
+                           want[i]);
+                    failures++;
+                    break;
+                }
+            compared += (int)n;
+        }
+    }
+    return compared;
+}
+
 /* A random quantized matrix of `rows` rows (scales as in kernel_sets_agree, int8 q any byte). */
 static uint8_t *random_matrix(int32_t fmt, uint32_t group, uint32_t rows, uint32_t n, int subnormal) {
     uint64_t rb = wf_row_bytes(fmt, group, n);
@@ -328,6 +365,7 @@ int main(void) {
     int compared_q8 = q8_path();
     printf("test_kernels: %d KDA state-row calls compared with the formula\n", kda_rows_agree());
     printf("test_kernels: %d int8 row axpy calls compared with the formula\n", axpy_rows_agree());
+    printf("test_kernels: %d exp_f32 values compared with wn_expf\n", exp_agrees());
     printf("test_kernels: %d q8 rows compared with generic\n", compared_q8);
     printf("test_kernels: int4/mxfp4 decode tables checked; %d SIMD dot products compared with generic (%s%s)\n", compared,
            wk_select(WASTE_KERNELS_AVX2, NULL) ? "avx2" : "no avx2", wk_select(WASTE_KERNELS_AVX512, NULL) ? ", avx512" : ", no avx512");
