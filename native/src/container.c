@@ -601,7 +601,7 @@ int32_t wc_open_data(wc_container *c, int direct_io, int verify, char *io_note, 
             return WASTE_E_FORMAT;
         }
     }
-    c->trunk_mem = wu_aligned_alloc(64, c->resident_bytes);
+    c->trunk_mem = wu_huge_alloc(c->resident_bytes);
     if (!c->trunk_mem) { wu_errf(err, cap, "out of memory for the trunk (%llu bytes)", (unsigned long long)c->resident_bytes); return WASTE_E_NOMEM; }
     uint64_t at = 0;
     for (uint32_t i = 0; i < c->n_tensors; i++) {

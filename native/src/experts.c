@@ -42,7 +42,7 @@ int32_t we_init(we_cache *c, uint64_t slot_bytes, uint32_t n_slots, uint32_t n_b
     uint64_t total;
     if (!wu_mul(slot_bytes, n_slots, &total)) return WASTE_E_NOMEM;
     uint64_t n = c->n_all;
-    c->mem = n_slots ? wu_aligned_alloc(4096, total) : NULL;
+    c->mem = n_slots ? wu_huge_alloc(total) : NULL;
     c->bank = malloc(n * sizeof(int32_t));
     c->expert = malloc(n * sizeof(int32_t));
     c->last_use = calloc(n, sizeof(uint64_t));

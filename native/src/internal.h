@@ -49,6 +49,10 @@ uint32_t wu_read_u32le(const uint8_t *p);
 void wu_write_u64le(uint8_t *p, uint64_t v);
 void wu_write_u32le(uint8_t *p, uint32_t v);
 void *wu_aligned_alloc(uint64_t align, uint64_t size); /* zeroed; free with free() */
+/* Zeroed, 2 MiB-aligned and advised for transparent huge pages (madvise, before the pages are
+ * touched); free with free(). For the expert slots: a record read into huge pages pins a few
+ * pages instead of hundreds (O_DIRECT), and the matvecs walk fewer TLB entries. */
+void *wu_huge_alloc(uint64_t size);
 
 /* ---- numerics.c: the engine's own transcendentals (docs/ENGINE.md §4.3) ---------- */
 double wn_exp(double x);

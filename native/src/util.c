@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -193,6 +194,18 @@ void *wu_aligned_alloc(uint64_t align, uint64_t size) {
     if (size == 0) size = align;
     void *p = NULL;
     if (size > SIZE_MAX || posix_memalign(&p, (size_t)align, (size_t)size) != 0) return NULL;
+    memset(p, 0, (size_t)size);
+    return p;
+}
+
+void *wu_huge_alloc(uint64_t size) {
+    const uint64_t huge = 2ull << 20;
+    if (size == 0) size = huge;
+    void *p = NULL;
+    if (size > SIZE_MAX || posix_memalign(&p, (size_t)huge, (size_t)size) != 0) return NULL;
+#ifdef MADV_HUGEPAGE
+    madvise(p, (size_t)size, MADV_HUGEPAGE);   /* a hint: refused or unsupported leaves 4 KiB pages */
+#endif
     memset(p, 0, (size_t)size);
     return p;
 }
