@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 NATIVE = Path(__file__).resolve().parents[1] / "native"
-KERNEL_SOURCES = ("kernels.c", "kernels_x86.c", "util.c")
+KERNEL_SOURCES = ("kernels.c", "kernels_x86.c", "numerics.c", "util.c")
 
 
 def drop_page_cache(paths: list[Path]) -> dict:
