@@ -86,14 +86,17 @@ def _json_default(value):
     raise TypeError(f"not JSON: {value!r}")
 
 
-def cpu_snapshot() -> tuple[float, float]:
-    """(CPU-seconds busy on the whole machine, CPU-seconds used by this process)."""
+def cpu_snapshot() -> tuple[float, float, float]:
+    """(CPU-seconds busy on the whole machine, CPU-seconds used by this process, CPU-seconds
+    stolen by the hypervisor: /proc/stat's steal, which "busy" includes)."""
     with open("/proc/stat") as f:
         fields = [int(x) for x in f.readline().split()[1:]]
     idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-    busy = (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    busy = (sum(fields[:8]) - idle) / tick
+    steal = (fields[7] if len(fields) > 7 else 0) / tick
     own = os.times()
-    return busy, own.user + own.system
+    return busy, own.user + own.system, steal
 
 
 def source_state() -> dict:
@@ -171,7 +174,7 @@ def table(rows: list[dict]) -> list[str]:
     out.append(f"{'cache':>5} {'slots':>5} {'/WS':>4} {'tok/s':>6} {'h':>5} {'MB/tok':>6} "
                f"{'W GB/s':>6} {'F GF/s':>6} | {'disk':>6} {'ram':>5} {'comp':>5} {'bound':>5} "
                f"{'ratio':>5} | {'serial':>6} {'ratio':>5} | {'io%':>4} {'busy%':>5} {'QD':>3} {'la acc':>6} "
-               f"{'others':>6}")
+               f"{'others':>6} {'steal':>5}")
     for d in by("decode"):
         disk = "inf" if d["bound_disk_tok_s"] is None else f"{d['bound_disk_tok_s']:.2f}"
         out.append(
@@ -182,7 +185,7 @@ def table(rows: list[dict]) -> list[str]:
             f"{d['serial_bound_tok_s']:>6.2f} {100 * d['ratio_serial']:>4.0f}% | "
             f"{100 * d['io_share']:>3.0f}% {100 * d['disk_busy_share']:>4.0f}% {d['queue_depth_max']:>3} "
             f"{'-' if d['lookahead_accuracy'] is None else format(d['lookahead_accuracy'], '.2f'):>6} "
-            f"{100 * d['other_cpu_share']:>5.0f}%")
+            f"{100 * d['other_cpu_share']:>5.0f}% {100 * d.get('steal_cpu_share', 0.0):>4.0f}%")
     out.extend(in_ram_line(p) for p in by("in_ram"))
     out.extend(table_line(p) for p in by("peer"))
     return out
@@ -259,15 +262,17 @@ class Bench:
         other processes used meanwhile (the machine is shared)."""
         drop_page_cache(files)
         probes: list[dict] = []
-        busy0, own0 = cpu_snapshot()
+        busy0, own0, steal0 = cpu_snapshot()
         started = time.perf_counter()
         run = decode_run(self.container, base, fraction=fraction, warmup=args.warmup,
                          tokens=args.tokens, segment=args.segment, seed=args.seed,
                          between=lambda i: probes.append(self.probe_now(F_fallback)))
         probes.append(self.probe_now(F_fallback))
-        busy1, own1 = cpu_snapshot()
+        busy1, own1, steal1 = cpu_snapshot()
         wall = time.perf_counter() - started
         run["other_cpu_share"] = max(0.0, (busy1 - busy0) - (own1 - own0)) / (wall * self.threads)
+        # Of which the hypervisor took (a VM's host doing our reads can steal our vCPUs).
+        run["steal_cpu_share"] = max(0.0, steal1 - steal0) / (wall * self.threads)
         run["probes"] = probes
         return run
 
