@@ -130,6 +130,9 @@ typedef struct {
     /* y[i] = wn_expf(x[i]) for i < n, bit for bit (numerics.c's double algorithm, lanes at a
      * time; x and y may alias). */
     void (*exp_f32)(const float *x, float *y, uint32_t n);
+    /* y[j] = y[j] + a·x[j] for j < n: the product, then the sum, each rounded, never fused, so
+     * every set gives the generic bits (MLA's context, a weighted sum of latents). */
+    void (*axpy_f32)(float *y, float a, const float *x, uint32_t n);
 } wk_kernels;
 /* Activations for WASTE_ACT_Q8, per block b of 32 (n a multiple of 32): a = max |x_i| of the
  * block, xd[b] = a / 127, xq_i = round-half-even(x_i · (127 / a)) (0 when a = 0); a block
@@ -143,6 +146,7 @@ static inline int wk_q8_format(int32_t fmt) { return fmt == WF_INT8 || fmt == WF
 /* Generic pieces of the q8 path the SIMD files reuse. */
 void wk_rows_f32act_generic(const wm_mat *m, uint32_t r0, uint32_t r1, const float *x, float *y);
 void wk_exp_f32_generic(const float *x, float *y, uint32_t n);
+void wk_axpy_f32_generic(float *y, float a, const float *x, uint32_t n);
 void wk_rows_q8_generic(const wm_mat *m, uint32_t r0, uint32_t r1, const int8_t *xq, const float *xd, float *y);
 /* The kernel set for cfg.kernels (WASTE_KERNELS_*); NULL when the CPU or the build lacks
  * the named set, *why (when not NULL) then says which feature is missing. */

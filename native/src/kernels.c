@@ -237,10 +237,17 @@ void wk_exp_f32_generic(const float *x, float *y, uint32_t n) {
     for (uint32_t i = 0; i < n; i++) y[i] = wn_expf(x[i]);
 }
 
+void wk_axpy_f32_generic(float *y, float a, const float *x, uint32_t n) {
+    for (uint32_t j = 0; j < n; j++) {
+        float p = a * x[j];
+        y[j] = y[j] + p;
+    }
+}
+
 static const wk_kernels generic_kernels = {
     "generic", wk_dot_f32_generic, wk_dot_bf16_generic, wk_dot_int8_generic, wk_dot_int4_generic,
     wk_dot_mxfp4_generic, wk_rows_f32act_generic, wk_rows_q8_generic,
-    wk_decay_read_generic, wk_update_read_generic, wk_axpy_int8_generic, wk_exp_f32_generic,
+    wk_decay_read_generic, wk_update_read_generic, wk_axpy_int8_generic, wk_exp_f32_generic, wk_axpy_f32_generic,
 };
 
 #if defined(__x86_64__) || defined(__i386__)

@@ -394,8 +394,8 @@ static void rows_avx512(const wm_mat *m, uint32_t r0, uint32_t r1, const float *
     else rows1_avx512(m, r0, r1, x, y);
 }
 
-/* KDA state rows: separate multiplies and adds (no FMA), so each element is the generic one;
- * the tail is the generic loop. One body per vector width. */
+/* KDA state rows and the f32 axpy: separate multiplies and adds (no FMA), so each element is
+ * the generic one; the tail is the generic loop. One body per vector width. */
 #define KDA_ROWS(W, ATTR, V, LANES, LOAD, STORE, MUL, ADD, SET1)                                           \
     ATTR static void decay_read_##W(float *s, float e, float k, float *r, uint32_t n) {                  \
         V ve = SET1(e), vk = SET1(k);                                                                     \
@@ -416,6 +416,12 @@ static void rows_avx512(const wm_mat *m, uint32_t r0, uint32_t r1, const float *
             STORE(o + j, ADD(LOAD(o + j), MUL(sj, vq)));                                                  \
         }                                                                                                 \
         wk_update_read_generic(s + j, k, delta + j, q, o + j, n - j);                                     \
+    }                                                                                                     \
+    ATTR static void axpy_f32_##W(float *y, float a, const float *x, uint32_t n) {                        \
+        V va = SET1(a);                                                                                   \
+        uint32_t j = 0;                                                                                   \
+        for (; j + LANES <= n; j += LANES) STORE(y + j, ADD(LOAD(y + j), MUL(va, LOAD(x + j))));          \
+        wk_axpy_f32_generic(y + j, a, x + j, n - j);                                                      \
     }
 KDA_ROWS(avx2, AVX2, __m256, 8, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_mul_ps, _mm256_add_ps, _mm256_set1_ps)
 KDA_ROWS(avx512, AVX512, __m512, 16, _mm512_loadu_ps, _mm512_storeu_ps, _mm512_mul_ps, _mm512_add_ps, _mm512_set1_ps)
@@ -482,13 +488,13 @@ AVX2 static void exp_f32_avx2(const float *x, float *y, uint32_t n) {
 
 const wk_kernels wk_avx2_kernels = {"avx2", dot_f32_avx2, dot_bf16_avx2, dot_int8_avx2, dot_int4_avx2, dot_mxfp4_avx2,
                                     rows_avx2, rows_q8_avx2, decay_read_avx2, update_read_avx2, axpy_int8_avx2,
-                                    exp_f32_avx2};
+                                    exp_f32_avx2, axpy_f32_avx2};
 const wk_kernels wk_avx512_kernels = {"avx512", dot_f32_avx512, dot_bf16_avx512, dot_int8_avx512, dot_int4_avx512,
                                       dot_mxfp4_avx512, rows_avx512, rows_q8_avx2, decay_read_avx512,
-                                      update_read_avx512, axpy_int8_avx512, exp_f32_avx2};
+                                      update_read_avx512, axpy_int8_avx512, exp_f32_avx2, axpy_f32_avx512};
 /* AVX-512 with VNNI (and VL, BW): the same set, its q8 integer dots by vpdpbusd (exact, so
  * the same bits as the maddubs form). */
 const wk_kernels wk_avx512vnni_kernels = {"avx512", dot_f32_avx512, dot_bf16_avx512, dot_int8_avx512, dot_int4_avx512,
                                           dot_mxfp4_avx512, rows_avx512, rows_q8_vnni, decay_read_avx512,
-                                          update_read_avx512, axpy_int8_avx512, exp_f32_avx2};
+                                          update_read_avx512, axpy_int8_avx512, exp_f32_avx2, axpy_f32_avx512};
 #endif

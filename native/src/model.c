@@ -640,11 +640,6 @@ typedef struct {
     uint64_t pos; float scale;
 } mla_job;
 
-/* y[j] += p·x[j], elementwise (a product, then a sum, each rounded). */
-static void add_scaled(float *restrict y, float p, const float *restrict x, uint32_t n) {
-    for (uint32_t j = 0; j < n; j++) y[j] += p * x[j];
-}
-
 static void mla_heads(void *arg, uint32_t h0, uint32_t h1) {
     const mla_job *j = arg;
     waste_ctx *ctx = j->ctx;
@@ -673,7 +668,7 @@ static void mla_heads(void *arg, uint32_t h0, uint32_t h1) {
         for (uint64_t t = 0; t <= j->pos; t++) sum += sc[t];
         // ctxc[h]: [r] = sum_t p_t c_kv[t], each element summed in position order
         for (uint32_t i = 0; i < r; i++) ctxc[i] = 0.0f;
-        for (uint64_t t = 0; t <= j->pos; t++) add_scaled(ctxc, sc[t] / sum, j->lat + t * lw, r);
+        for (uint64_t t = 0; t <= j->pos; t++) ctx->k->axpy_f32(ctxc, sc[t] / sum, j->lat + t * lw, r);
         // ctxc: [r] -> o[h]: [dv]
         for (uint32_t i = 0; i < dv; i++) j->o[h * dv + i] = wk_dot_row(ctx->k, &j->L->kv_b, h * (dn + dv) + dn + i, ctxc);
     }

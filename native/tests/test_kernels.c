@@ -212,6 +212,40 @@ static int axpy_rows_agree(void) {
     return compared;
 }
 
+/* The f32 axpy of every set against the formula (the product, then the sum, each rounded:
+ * volatile keeps them apart), on lengths with tails and on subnormal and huge values. */
+static int axpy_f32_agrees(void) {
+    const wk_kernels *sets[3] = {wk_select(WASTE_KERNELS_GENERIC, NULL), wk_select(WASTE_KERNELS_AVX2, NULL),
+                                 wk_select(WASTE_KERNELS_AVX512, NULL)};
+    enum { N = 531 };
+    static float x[N], y0[N], want[N], got[N];
+    int compared = 0;
+    for (int trial = 0; trial < 12; trial++) {
+        uint32_t n = N - (uint32_t)trial * 7;
+        float a = trial == 0 ? 1e-30f : trial == 1 ? 3e30f : rndf();
+        for (uint32_t j = 0; j < n; j++) {
+            x[j] = trial == 2 ? rndf() * 1e-39f : rndf();
+            y0[j] = rndf();
+            volatile float p = a * x[j];
+            want[j] = y0[j] + p;
+        }
+        for (int si = 0; si < 3; si++) {
+            if (!sets[si]) continue;
+            memcpy(got, y0, n * sizeof *got);
+            sets[si]->axpy_f32(got, a, x, n);
+            for (uint32_t j = 0; j < n; j++)
+                if (bits(got[j]) != bits(want[j])) {
+                    printf("FAIL: %s axpy_f32 trial %d element %u: %a, formula %a\n", sets[si]->name, trial, j, got[j],
+                           want[j]);
+                    failures++;
+                    break;
+                }
+            compared++;
+        }
+    }
+    return compared;
+}
+
 /* exp_f32 of every set against wn_expf, bit for bit: the edges (NaN, ±inf, ±0, the overflow
  * and underflow limits, |x| = 700 where the SIMD lanes give way to wn_expf, subnormals) in
  * every lane position, then random floats over [-120, 120] and random bit patterns; lengths
@@ -366,6 +400,7 @@ int main(void) {
     printf("test_kernels: %d KDA state-row calls compared with the formula\n", kda_rows_agree());
     printf("test_kernels: %d int8 row axpy calls compared with the formula\n", axpy_rows_agree());
     printf("test_kernels: %d exp_f32 values compared with wn_expf\n", exp_agrees());
+    printf("test_kernels: %d f32 axpy calls compared with the formula\n", axpy_f32_agrees());
     printf("test_kernels: %d q8 rows compared with generic\n", compared_q8);
     printf("test_kernels: int4/mxfp4 decode tables checked; %d SIMD dot products compared with generic (%s%s)\n", compared,
            wk_select(WASTE_KERNELS_AVX2, NULL) ? "avx2" : "no avx2", wk_select(WASTE_KERNELS_AVX512, NULL) ? ", avx512" : ", no avx512");
