@@ -427,25 +427,20 @@ void wm_reset_state(waste_ctx *ctx) {
 /* Transcendentals are the engine's own (numerics.c); sqrtf is IEEE-exact and stays libm's. */
 static float sigmoidf_(float x) { return 1.0f / (1.0f + wn_expf(-x)); }
 
-/* σ and SiLU x·σ(x) over arrays, through the kernel set's exp (wn_expf's bits, lanes at a
- * time): each element has sigmoidf_'s bits, and SiLU's is x times it, rounded. y may alias x. */
+/* σ(x), or SiLU x·σ(x) with times_x, over arrays, through the kernel set's exp (wn_expf's
+ * bits, lanes at a time): each σ has sigmoidf_'s bits, and SiLU's is x times it, rounded. y
+ * may alias x. */
 #define ACT_CHUNK 64
-static void sigmoid_n(const wk_kernels *K, float *y, const float *x, uint32_t n) {
+static void sigmoid_n(const wk_kernels *K, float *y, const float *x, uint32_t n, int times_x) {
     float e[ACT_CHUNK];
     for (uint32_t i0 = 0; i0 < n; i0 += ACT_CHUNK) {
         uint32_t m = MIN(ACT_CHUNK, n - i0);
         for (uint32_t i = 0; i < m; i++) e[i] = -x[i0 + i];
         K->exp_f32(e, e, m);
-        for (uint32_t i = 0; i < m; i++) y[i0 + i] = 1.0f / (1.0f + e[i]);
-    }
-}
-static void silu_n(const wk_kernels *K, float *y, const float *x, uint32_t n) {
-    float e[ACT_CHUNK];
-    for (uint32_t i0 = 0; i0 < n; i0 += ACT_CHUNK) {
-        uint32_t m = MIN(ACT_CHUNK, n - i0);
-        for (uint32_t i = 0; i < m; i++) e[i] = -x[i0 + i];
-        K->exp_f32(e, e, m);
-        for (uint32_t i = 0; i < m; i++) y[i0 + i] = x[i0 + i] * (1.0f / (1.0f + e[i]));
+        for (uint32_t i = 0; i < m; i++) {
+            float sg = 1.0f / (1.0f + e[i]);
+            y[i0 + i] = times_x ? x[i0 + i] * sg : sg;
+        }
     }
 }
 
@@ -548,7 +543,7 @@ static void kda_heads(void *arg, uint32_t h0, uint32_t h1) {
         for (uint32_t jj = 0; jj < d; jj++) o[jj] = 0.0f;
         for (uint32_t i = 0; i < d; i++) K->update_read(S + (uint64_t)i * d, kh[i], delta, qh[i], o, d);
         rmsnorm(o, o, j->L->o_norm, d, c->rms_eps);
-        sigmoid_n(K, r, j->z + h * d, d);   /* r is free again */
+        sigmoid_n(K, r, j->z + h * d, d, 0);   /* r is free again */
         for (uint32_t jj = 0; jj < d; jj++) o[jj] *= r[jj];
     }
 }
@@ -584,7 +579,7 @@ static void kda_step(waste_ctx *ctx, uint32_t l, const float *xn, float *out) {
             if (K > 1) s[K - 2] = p[ch][i];
             p[ch][i] = u;
         }
-        silu_n(ctx->k, p[ch], p[ch], hd);
+        sigmoid_n(ctx->k, p[ch], p[ch], hd, 1);
     }
     float *q = p[0], *k = p[1], *v = p[2];
     float qscale = 1.0f / sqrtf((float)d);
@@ -715,7 +710,7 @@ static void mla_step(waste_ctx *ctx, uint32_t l, const float *xn, uint64_t pos, 
 static void ffn_act(const waste_ctx *ctx, float *g, const float *u, uint32_t i0, uint32_t i1) {
     const wc_config *c = &ctx->c.cfg;
     if (!c->situ) {
-        silu_n(ctx->k, g + i0, g + i0, i1 - i0);
+        sigmoid_n(ctx->k, g + i0, g + i0, i1 - i0, 1);
         for (uint32_t i = i0; i < i1; i++) g[i] = g[i] * u[i];
     } else {
         float b = c->situ_beta, bl = c->situ_lbeta;
