@@ -487,24 +487,35 @@ static void matvec_items(waste_ctx *ctx, uint32_t n, const mv_item *it) {
 /* Whether m meets its input quantized (WASTE_ACT_Q8 and an int8/int4/mxfp4 matrix). */
 static int meets_q8(const waste_ctx *ctx, const wm_mat *m) { return ctx->act_q8 && wk_q8_format(m->fmt); }
 
-/* ys[i] = ms[i]·x for n ≤ MV_ITEMS matrices of one input width in one fork-join; no y aliases
- * x. The input is quantized once, into quantized input buffer qi (0 or 1: two inputs can be
- * held at once), when any matrix meets it quantized (cols ≤ maxw: every input is an
- * activation buffer). */
-static void matvec_many_q(waste_ctx *ctx, uint32_t n, const wm_mat *const *ms, const float *x, float *const *ys,
-                          uint32_t qi, mv_item *it) {
-    int8_t *xq = ctx->xq + (uint64_t)qi * ctx->maxw;
-    float *xd = ctx->xd + (uint64_t)qi * (ctx->maxw / 32 + 1);
+/* Quantized input buffer qi (0 or 1: two inputs can be held at once) holding x when any of
+ * ms[0..n) meets it quantized (cols ≤ maxw: every input is an activation buffer); NULLs else. */
+static void quantized_input(waste_ctx *ctx, uint32_t n, const wm_mat *const *ms, const float *x, uint32_t qi,
+                            const int8_t **xq, const float **xd) {
     int q8 = 0;
     for (uint32_t i = 0; i < n; i++) q8 |= meets_q8(ctx, ms[i]);
-    if (q8) wk_quantize_q8(x, ms[0]->cols, xq, xd);
-    for (uint32_t i = 0; i < n; i++)
-        it[i] = (mv_item){ms[i], x, meets_q8(ctx, ms[i]) ? xq : NULL, meets_q8(ctx, ms[i]) ? xd : NULL, ys[i]};
+    *xq = NULL; *xd = NULL;
+    if (!q8) return;
+    int8_t *q = ctx->xq + (uint64_t)qi * ctx->maxw;
+    float *d = ctx->xd + (uint64_t)qi * (ctx->maxw / 32 + 1);
+    wk_quantize_q8(x, ms[0]->cols, q, d);
+    *xq = q; *xd = d;
 }
 
+/* The item y = m·x, x quantized into input buffer qi when m meets it quantized. */
+static mv_item mv_item_of(waste_ctx *ctx, const wm_mat *m, const float *x, float *y, uint32_t qi) {
+    mv_item it = {m, x, NULL, NULL, y};
+    quantized_input(ctx, 1, &m, x, qi, &it.xq, &it.xd);
+    return it;
+}
+
+/* ys[i] = ms[i]·x for n ≤ MV_ITEMS matrices of one input width in one fork-join (the input
+ * quantized once); no y aliases x. */
 static void matvec_many(waste_ctx *ctx, uint32_t n, const wm_mat *const *ms, const float *x, float *const *ys) {
     mv_item it[MV_ITEMS];
-    matvec_many_q(ctx, n, ms, x, ys, 0, it);
+    const int8_t *xq; const float *xd;
+    quantized_input(ctx, n, ms, x, 0, &xq, &xd);
+    for (uint32_t i = 0; i < n; i++)
+        it[i] = (mv_item){ms[i], x, meets_q8(ctx, ms[i]) ? xq : NULL, meets_q8(ctx, ms[i]) ? xd : NULL, ys[i]};
     matvec_items(ctx, n, it);
 }
 
@@ -594,10 +605,8 @@ static void kda_step(waste_ctx *ctx, uint32_t l, const float *xn, float *out) {
      * with the lower bound λ (docs/ENGINE.md §4.2.6) g = λ * σ(exp(A_log[h]) * a), no softplus. */
     // fa: [d] -> g: [hd], and (low-rank gate) ga: [d] -> z: [hd], in one fork-join; a_log: [Hk], dt_bias: [hd]
     {
-        mv_item it[2];
-        float *yg = g, *yz = z;
-        matvec_many_q(ctx, 1, &(const wm_mat *){&L->f_b}, fa, &yg, 0, it);
-        if (!c->kda_full_gate) matvec_many_q(ctx, 1, &(const wm_mat *){&L->g_b}, ga, &yz, 1, it + 1);
+        mv_item it[2] = {mv_item_of(ctx, &L->f_b, fa, g, 0)};
+        if (!c->kda_full_gate) it[1] = mv_item_of(ctx, &L->g_b, ga, z, 1);
         matvec_items(ctx, c->kda_full_gate ? 1 : 2, it);
     }
     if (c->lower_bound) {
