@@ -76,7 +76,7 @@ uint64_t we_table_bytes(uint64_t n_all);
 typedef struct { int32_t ex; uint32_t t; float w; int done; } wm_task;
 /* A used expert of a MoE layer (model.c moe_chunk): its id, its slot once fetched, its tasks
  * not yet computed, and its matrices in the slot once its record is ready. */
-enum { WM_EX_WAITING = 0, WM_EX_FETCHED, WM_EX_READY, WM_EX_DONE };
+enum { WM_EX_WAITING = 0, WM_EX_FETCHED, WM_EX_READY };
 typedef struct { int32_t id, slot; uint32_t left; int state; wm_mat m[3]; } wm_expert;
 /* FFNs in one wave (two fork-joins) at most: a decode token's routed experts and its shared ones. */
 #define WM_WAVE_MAX 32

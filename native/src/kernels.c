@@ -349,7 +349,7 @@ void wk_decode_row(const wm_mat *m, uint32_t r, float *out) {
 void wk_axpy_row(const wk_kernels *k, const wm_mat *m, uint32_t r, float a, float *y, float *scratch) {
     if (m->fmt == WF_INT8) { k->axpy_int8(m->data + (uint64_t)r * m->row_bytes, a, y, m->cols, m->group); return; }
     wk_decode_row(m, r, scratch);
-    for (uint32_t x = 0; x < m->cols; x++) y[x] += a * scratch[x];
+    k->axpy_f32(y, a, scratch, m->cols);
 }
 
 int wk_mxfp4_find_nan_scale(const uint8_t *data, uint32_t rows, uint32_t cols, uint32_t *row, uint32_t *group) {

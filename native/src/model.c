@@ -473,6 +473,12 @@ static void mv_rows(void *arg, uint32_t b, uint32_t e) {
     }
 }
 
+/* fn over items [0, n): on the pool when `work` weights are worth a fork-join, else here. */
+static void fork_join(waste_ctx *ctx, uint32_t n, uint64_t work, wp_fn fn, void *arg) {
+    if (work >= FORK_MIN_WORK && wp_size(ctx->pool) > 1) wp_run(ctx->pool, n, fn, arg);
+    else fn(arg, 0, n);
+}
+
 static void matvec_items(waste_ctx *ctx, uint32_t n, const mv_item *it) {
     mv_job j = {.k = ctx->k, .it = it, .n = n};
     uint64_t work = 0;
@@ -480,8 +486,7 @@ static void matvec_items(waste_ctx *ctx, uint32_t n, const mv_item *it) {
         j.start[i + 1] = j.start[i] + it[i].m->rows;
         work += (uint64_t)it[i].m->rows * it[i].m->cols;
     }
-    if (work >= FORK_MIN_WORK && wp_size(ctx->pool) > 1) wp_run(ctx->pool, j.start[n], mv_rows, &j);
-    else mv_rows(&j, 0, j.start[n]);
+    fork_join(ctx, j.start[n], work, mv_rows, &j);
 }
 
 /* Whether m meets its input quantized (WASTE_ACT_Q8 and an int8/int4/mxfp4 matrix). */
@@ -767,11 +772,6 @@ static void ffn_down_rows(void *arg, uint32_t b, uint32_t e) {
     }
 }
 
-static void ffn_run(waste_ctx *ctx, ffn_job *j, uint32_t rows, uint64_t work, wp_fn fn) {
-    if (work >= FORK_MIN_WORK && wp_size(ctx->pool) > 1) wp_run(ctx->pool, rows, fn, j);
-    else fn(j, 0, rows);
-}
-
 /* A wave buffer's FFN output y: [ffn_w]. */
 static float *ffn_out(const waste_ctx *ctx, uint32_t buf) { return ctx->wave_f + ((uint64_t)buf * 3 + 2) * ctx->ffn_w; }
 
@@ -799,7 +799,7 @@ static void ffn_wave(waste_ctx *ctx, ffn_task *t, uint32_t n) {
         j.start[i + 1] = j.start[i] + t[i].gate->rows;
         work += 2ull * t[i].gate->rows * t[i].gate->cols;
     }
-    ffn_run(ctx, &j, j.start[n], work, ffn_gate_up_rows);
+    fork_join(ctx, j.start[n], work, ffn_gate_up_rows, &j);
     work = 0;
     for (uint32_t i = 0; i < n; i++) {
         if (meets_q8(ctx, t[i].down)) wk_quantize_q8(t[i].g, t[i].down->cols, t[i].gq, t[i].gd);
@@ -807,7 +807,7 @@ static void ffn_wave(waste_ctx *ctx, ffn_task *t, uint32_t n) {
         j.start[i + 1] = j.start[i] + t[i].down->rows;
         work += (uint64_t)t[i].down->rows * t[i].down->cols;
     }
-    ffn_run(ctx, &j, j.start[n], work, ffn_down_rows);
+    fork_join(ctx, j.start[n], work, ffn_down_rows, &j);
 }
 
 /* One FFN: y = down(act(gate x, up x)), through wave buffer 0; y must not alias x. */
@@ -938,29 +938,25 @@ static int32_t moe_chunk(waste_ctx *ctx, uint32_t l, uint32_t n) {
         /* The wave: every task of [s, s + cap) not yet computed whose record has landed. When
          * none has, the first one's record is waited for, then the others are looked at again. */
         uint32_t end = MIN(nt, s + cap), w = 0;
-        int ready = 0;
-        for (uint32_t p = s; p < end && !ready; p++) {
-            const wm_task *tk = &ctx->tasks[p];
-            ready = !tk->done && (tk->ex < 0 || ex[tk->ex].state == WM_EX_READY ||
-                                  (ex[tk->ex].state == WM_EX_FETCHED && we_landed(ctx, ex[tk->ex].slot)));
-        }
-        if (!ready) {
-            uint32_t p = s;
-            while (ctx->tasks[p].done) p++;   /* s < nt and task s is not done */
-            /* Its expert is fetched: every expert below it is done and unpinned, so the
-             * window reached it. */
-            if (ex[ctx->tasks[p].ex].state == WM_EX_FETCHED) st = expert_ready(ctx, b, &ex[ctx->tasks[p].ex]);
-        }
-        for (uint32_t p = s; p < end && st == WASTE_OK; p++) {
-            const wm_task *tk = &ctx->tasks[p];
-            if (tk->done) continue;
-            wm_expert *x = tk->ex >= 0 ? &ex[tk->ex] : NULL;
-            if (x && x->state == WM_EX_FETCHED && we_landed(ctx, x->slot)) st = expert_ready(ctx, b, x);
-            if (st || (x && x->state != WM_EX_READY)) continue;
-            wave[w] = x ? (ffn_task){.gate = &x->m[0], .up = &x->m[1], .down = &x->m[2], .x = ein + (uint64_t)tk->t * R}
-                        : (ffn_task){.gate = &L->gate, .up = &L->up, .down = &L->down, .x = ctx->xn + (uint64_t)tk->t * H};
-            wave[w].buf = p % cap;
-            widx[w++] = p;
+        for (int pass = 0; pass < 2 && w == 0 && st == WASTE_OK; pass++) {
+            if (pass) {
+                uint32_t p = s;
+                while (ctx->tasks[p].done) p++;   /* s < nt and task s is not done */
+                /* A routed expert (a shared task is always taken by the first pass), fetched:
+                 * every expert below it is done and unpinned, so the window reached it. */
+                if (ex[ctx->tasks[p].ex].state == WM_EX_FETCHED) st = expert_ready(ctx, b, &ex[ctx->tasks[p].ex]);
+            }
+            for (uint32_t p = s; p < end && st == WASTE_OK; p++) {
+                const wm_task *tk = &ctx->tasks[p];
+                if (tk->done) continue;
+                wm_expert *x = tk->ex >= 0 ? &ex[tk->ex] : NULL;
+                if (x && x->state == WM_EX_FETCHED && we_landed(ctx, x->slot)) st = expert_ready(ctx, b, x);
+                if (st || (x && x->state != WM_EX_READY)) continue;
+                wave[w] = x ? (ffn_task){.gate = &x->m[0], .up = &x->m[1], .down = &x->m[2], .x = ein + (uint64_t)tk->t * R}
+                            : (ffn_task){.gate = &L->gate, .up = &L->up, .down = &L->down, .x = ctx->xn + (uint64_t)tk->t * H};
+                wave[w].buf = p % cap;
+                widx[w++] = p;
+            }
         }
         if (st == WASTE_OK && w == 0) {   /* cannot happen (see above); never loop on it */
             wu_errf(ctx->err, sizeof ctx->err, "layer %u: no expert task could run (%u of %u summed)", l, s, nt);
@@ -972,16 +968,15 @@ static int32_t moe_chunk(waste_ctx *ctx, uint32_t l, uint32_t n) {
             wm_task *tk = &ctx->tasks[widx[i]];
             tk->done = 1;
             /* An expert whose every task is computed gives its slot back. */
-            if (tk->ex >= 0 && --ex[tk->ex].left == 0) { we_unpin(&ctx->cache, ex[tk->ex].slot); ex[tk->ex].state = WM_EX_DONE; pinned--; }
+            if (tk->ex >= 0 && --ex[tk->ex].left == 0) { we_unpin(&ctx->cache, ex[tk->ex].slot); pinned--; }
         }
-        /* The computed prefix joins the sums, in list order. */
+        /* The computed prefix joins the sums, in list order (a shared task's w is 1: y·1 is y). */
         for (; s < nt && ctx->tasks[s].done; s++) {
             const wm_task *tk = &ctx->tasks[s];
             float *a = (tk->ex < 0 ? ctx->acc + (uint64_t)tk->t * H : eacc + (uint64_t)tk->t * R);
             const float *y = ffn_out(ctx, s % cap);
             uint32_t rows = tk->ex < 0 ? L->down.rows : b->rows[2];
-            if (tk->ex < 0) for (uint32_t r = 0; r < rows; r++) a[r] += y[r];
-            else for (uint32_t r = 0; r < rows; r++) a[r] += y[r] * tk->w;
+            for (uint32_t r = 0; r < rows; r++) a[r] += y[r] * tk->w;
         }
     }
     if (st) { we_drain(ctx); return st; }

@@ -190,25 +190,24 @@ int wu_pread_full(int fd, void *buf, uint64_t len, uint64_t off) {
     return 0;
 }
 
-void *wu_aligned_alloc(uint64_t align, uint64_t size) {
+/* Zeroed memory aligned to `align`; with huge, advised for transparent huge pages before any
+ * page is touched (the zeroing touches them all). */
+static void *zeroed_aligned(uint64_t align, uint64_t size, int huge) {
     if (size == 0) size = align;
     void *p = NULL;
     if (size > SIZE_MAX || posix_memalign(&p, (size_t)align, (size_t)size) != 0) return NULL;
-    memset(p, 0, (size_t)size);
-    return p;
-}
-
-void *wu_huge_alloc(uint64_t size) {
-    const uint64_t huge = 2ull << 20;
-    if (size == 0) size = huge;
-    void *p = NULL;
-    if (size > SIZE_MAX || posix_memalign(&p, (size_t)huge, (size_t)size) != 0) return NULL;
 #ifdef MADV_HUGEPAGE
-    madvise(p, (size_t)size, MADV_HUGEPAGE);   /* a hint: refused or unsupported leaves 4 KiB pages */
+    if (huge) madvise(p, (size_t)size, MADV_HUGEPAGE);   /* a hint: refused or unsupported leaves 4 KiB pages */
+#else
+    (void)huge;
 #endif
     memset(p, 0, (size_t)size);
     return p;
 }
+
+void *wu_aligned_alloc(uint64_t align, uint64_t size) { return zeroed_aligned(align, size, 0); }
+
+void *wu_huge_alloc(uint64_t size) { return zeroed_aligned(2ull << 20, size, 1); }
 
 double wu_now_ms(void) {
     struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts);
