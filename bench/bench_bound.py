@@ -49,11 +49,18 @@ def bound_terms(run: dict, *, M: float, B_r: float, B_d: float, C: float) -> dic
     to the engine's own read rate in s when that is higher); its bound
     is b_s = min(W_s/((1−h_s)·B_r), M/(B_d+B_r), F_s/C). Bound tok/s over the run is
     N/Σ(n_s/b_s) (the time the bound allows), and each term is aggregated the same way.
-    The serial bound charges disk time plus the larger of RAM and compute time per token,
-    because libwaste today reads a missed record and only then computes (no io_threads).
+    The serial bound charges disk time plus the larger of RAM and compute time per token
+    (reading and computing never overlap).
+
+    The contended bound is the overlapped one with compute slowed while the disk streams:
+    the kernel runs at F_io = r·F while a read is in flight (r probed beside F, with the
+    probe's readers streaming), so a token needs max(t_disk, t_compute + t_disk·(1 − r),
+    t_ram). It says how much of the overlapped bound this machine can deliver at all.
     """
     segs, probes = run["segment_list"], run["probes"]
-    allowed = {"disk": 0.0, "ram": 0.0, "compute": 0.0, "bound": 0.0, "serial": 0.0}
+    allowed = {"disk": 0.0, "ram": 0.0, "compute": 0.0, "bound": 0.0, "serial": 0.0, "contended": 0.0}
+    shares = [p.get("F_io_share") for p in probes]
+    contended = all(r is not None for r in shares)
     Ws, engine_faster = [], 0
     for i, seg in enumerate(segs):
         W = (probes[i]["W"] + probes[i + 1]["W"]) / 2
@@ -72,6 +79,10 @@ def bound_terms(run: dict, *, M: float, B_r: float, B_d: float, C: float) -> dic
             allowed[name] += seg.tokens * t
         allowed["bound"] += seg.tokens * max(per_token.values())
         allowed["serial"] += seg.tokens * (per_token["disk"] + max(per_token["ram"], per_token["compute"]))
+        if contended:
+            r = min(1.0, (shares[i] + shares[i + 1]) / 2)
+            slowed = per_token["compute"] + per_token["disk"] * (1 - r)
+            allowed["contended"] += seg.tokens * max(per_token["disk"], slowed, per_token["ram"])
     n, seconds = run["tokens"], run["seconds"]
     rate = {name: (n / t if t > 0 else math.inf) for name, t in allowed.items()}
     limit = min(("disk", "ram", "compute"), key=rate.get)
@@ -82,4 +93,7 @@ def bound_terms(run: dict, *, M: float, B_r: float, B_d: float, C: float) -> dic
             "bound_disk_tok_s": _finite(rate["disk"]), "bound_ram_tok_s": rate["ram"],
             "bound_compute_tok_s": rate["compute"], "bound_tok_s": rate["bound"],
             "limited_by": limit, "ratio": allowed["bound"] / seconds,
-            "serial_bound_tok_s": rate["serial"], "ratio_serial": allowed["serial"] / seconds}
+            "serial_bound_tok_s": rate["serial"], "ratio_serial": allowed["serial"] / seconds,
+            "F_io_share_mean": sum(shares) / len(shares) if contended else None,
+            "contended_bound_tok_s": rate["contended"] if contended else None,
+            "ratio_contended": allowed["contended"] / seconds if contended else None}

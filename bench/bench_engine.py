@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_decode import PROMPT_TOKENS, budget_for, decode_run, prompt_ids  # noqa: E402
 from bench_bound import attention_flops, bound_terms, resident_read_bytes  # noqa: E402
 from bench_physical import (BankReader, build_kernel_probe, drop_page_cache, llc_bytes,  # noqa: E402
-                            measure_kernel, measure_ram)
+                            measure_kernel, measure_kernel_while_reading, measure_ram)
 from peer_bench import build_peer, compare, in_ram, in_ram_line, prepare, table_line, unavailable  # noqa: E402
 from waste.adapters.native.context import library_build_info, plan_memory  # noqa: E402
 from waste.adapters.native.engine import NativeEngine  # noqa: E402
@@ -168,12 +168,15 @@ def table(rows: list[dict]) -> list[str]:
         out.append(f"  F {f['format']} {f['kernel']} {f.get('activations', 'f32')} {f['threads']} thread(s), {f['experts_resident']} "
                    f"experts resident ({f['resident_bytes'] / 2**20:.0f} MiB): "
                    f"{f['flops_per_s'] / 1e9:.1f} GFLOP/s")
+    for f in by("F_io"):
+        out.append(f"  F_io the same, while {f['read_depth']} reader(s) stream records "
+                   f"({f['W_during'] / 1e9:.2f} GB/s): {f['flops_per_s'] / 1e9:.1f} GFLOP/s")
     for f in by("F_derived"):
         out.append(f"  F derived from the all-cached decode: {f['flops_per_s'] / 1e9:.1f} GFLOP/s")
     out.append("")
     out.append(f"{'cache':>5} {'slots':>5} {'/WS':>4} {'tok/s':>6} {'h':>5} {'MB/tok':>6} "
                f"{'W GB/s':>6} {'F GF/s':>6} | {'disk':>6} {'ram':>5} {'comp':>5} {'bound':>5} "
-               f"{'ratio':>5} | {'serial':>6} {'ratio':>5} | {'io%':>4} {'busy%':>5} {'QD':>3} {'la acc':>6} "
+               f"{'ratio':>5} | {'serial':>6} {'ratio':>5} | {'F_io':>4} {'cont':>5} {'ratio':>5} | {'io%':>4} {'busy%':>5} {'QD':>3} {'la acc':>6} "
                f"{'others':>6} {'steal':>5}")
     for d in by("decode"):
         disk = "inf" if d["bound_disk_tok_s"] is None else f"{d['bound_disk_tok_s']:.2f}"
@@ -182,13 +185,21 @@ def table(rows: list[dict]) -> list[str]:
             f"{d['tok_per_s']:>6.2f} {d['h']:>5.2f} {d['bytes_read_per_token'] / 1e6:>6.1f} "
             f"{d['W_mean'] / 1e9:>6.2f} {d['F_mean'] / 1e9:>6.1f} | {disk:>6} {d['bound_ram_tok_s']:>5.1f} "
             f"{d['bound_compute_tok_s']:>5.1f} {d['bound_tok_s']:>5.2f} {100 * d['ratio']:>4.0f}% | "
-            f"{d['serial_bound_tok_s']:>6.2f} {100 * d['ratio_serial']:>4.0f}% | "
+            f"{d['serial_bound_tok_s']:>6.2f} {100 * d['ratio_serial']:>4.0f}% | {contended_cells(d)} | "
             f"{100 * d['io_share']:>3.0f}% {100 * d['disk_busy_share']:>4.0f}% {d['queue_depth_max']:>3} "
             f"{'-' if d['lookahead_accuracy'] is None else format(d['lookahead_accuracy'], '.2f'):>6} "
             f"{100 * d['other_cpu_share']:>5.0f}% {100 * d.get('steal_cpu_share', 0.0):>4.0f}%")
     out.extend(in_ram_line(p) for p in by("in_ram"))
     out.extend(table_line(p) for p in by("peer"))
     return out
+
+
+def contended_cells(d: dict) -> str:
+    """F_io/F, the contended bound and our ratio to it; dashes for a run that does not stream."""
+    if d["contended_bound_tok_s"] is None:
+        return f"{'-':>4} {'-':>5} {'-':>5}"
+    return (f"{d['F_io_share_mean']:>4.2f} {d['contended_bound_tok_s']:>5.2f} "
+            f"{100 * d['ratio_contended']:>4.0f}%")
 
 
 @attrs.define
@@ -242,19 +253,30 @@ class Bench:
                 if t == self.threads and experts == self.llc_experts:
                     f = row["flops_per_s"]
                 emit_row(row)
+            emit_row({**self.kernel_while_reading(repeats=3), "source": self.probe_note})
         return m, f
 
-    def probe_now(self, F_fallback: float | None) -> dict:
-        """W and F measured now (between decode segments, outside their timing)."""
+    def kernel_while_reading(self, repeats: int) -> dict:
+        """The kernel probe's F_io row: its rate while the disk streams at the engine's depth."""
+        assert self.probe is not None
+        return measure_kernel_while_reading(self.probe, self.reader, depth=self.depth,
+                                            **self.kernel_args(self.llc_experts, self.threads, repeats))
+
+    def probe_now(self, F_fallback: float | None, streaming: bool) -> dict:
+        """W and F measured now (between decode segments, outside their timing); for a run
+        that streams, also F_io (the kernel while the disk streams) as a share of F."""
         w = self.reader.measure(depth=self.depth, seconds=self.segment_probe_s)
         f = F_fallback
+        io_share = None
         if self.probe is not None:
             f = measure_kernel(self.probe, **self.kernel_args(self.llc_experts, self.threads, 1),
                                )["flops_per_s"]
+            if streaming:
+                io_share = self.kernel_while_reading(repeats=1)["flops_per_s"] / f
         # The compute term is the machine's: the faster of our kernel and llama.cpp's rate on
         # the same weights (measured in this run by the in-RAM peer pair, when --peer).
         return {"W": w["bytes_per_s"], "F": max(f or 0.0, self.F_peer) or f, "F_ours": f,
-                "F_peer": self.F_peer or None}
+                "F_peer": self.F_peer or None, "F_io_share": io_share}
 
     def decode(self, files: list[Path], base: NativeOptions, fraction: float | None,
                args: argparse.Namespace, F_fallback: float | None) -> dict:
@@ -266,8 +288,8 @@ class Bench:
         started = time.perf_counter()
         run = decode_run(self.container, base, fraction=fraction, warmup=args.warmup,
                          tokens=args.tokens, segment=args.segment, seed=args.seed,
-                         between=lambda i: probes.append(self.probe_now(F_fallback)))
-        probes.append(self.probe_now(F_fallback))
+                         between=lambda i: probes.append(self.probe_now(F_fallback, fraction is not None)))
+        probes.append(self.probe_now(F_fallback, fraction is not None))
         busy1, own1, steal1 = cpu_snapshot()
         wall = time.perf_counter() - started
         run["other_cpu_share"] = max(0.0, (busy1 - busy0) - (own1 - own0)) / (wall * self.threads)

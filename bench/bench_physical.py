@@ -90,15 +90,21 @@ class BankReader:
             os.close(fd)
         self.fds = []
 
-    def measure(self, *, depth: int, seconds: float, seed: int = 7) -> dict:
+    def measure(self, *, depth: int, seconds: float | None = None,
+                stop: threading.Event | None = None, seed: int = 7) -> dict:
         """W: random record-sized reads at bank offsets ``4096 + e·record_bytes``.
 
-        ``depth`` threads each issue one ``pread`` at a time (depth 1 is the engine today:
-        ``io_threads`` is not implemented), for ``seconds``.
+        ``depth`` threads each issue one ``pread`` at a time (the engine's ``io_threads``
+        readers do the same), for ``seconds`` or until ``stop`` is set.
         """
+        if (seconds is None) == (stop is None):
+            raise ValueError("measure needs exactly one of seconds and stop")
         totals = [0] * depth
         reads = [0] * depth
-        stop = time.perf_counter() + seconds
+        deadline = time.perf_counter() + seconds if seconds is not None else None
+
+        def done() -> bool:
+            return stop.is_set() if stop is not None else time.perf_counter() >= deadline
 
         def reader(slot: int) -> None:
             rng = np.random.default_rng([seed, slot, time.monotonic_ns()])
@@ -118,7 +124,7 @@ class BankReader:
                         os.posix_fadvise(fd, offset, size, os.POSIX_FADV_DONTNEED)
                     totals[slot] += size
                     reads[slot] += 1
-                    if time.perf_counter() >= stop:
+                    if done():
                         return
             finally:
                 buf.close()
@@ -136,6 +142,36 @@ class BankReader:
                 "reads": sum(reads), "seconds": round(elapsed, 3),
                 "bytes_per_s": sum(totals) / elapsed,
                 "ms_per_read": 1000 * elapsed * depth / max(sum(reads), 1)}
+
+
+def measure_kernel_while_reading(probe: Path, reader: BankReader, *, depth: int, **kernel_args) -> dict:
+    """F_io: the kernel probe's rate while ``depth`` threads stream records from the banks,
+    as the engine's readers do while it computes.
+
+    On a VM the host may serve the guest's reads on the cores that run its vCPUs: then the
+    same kernel computes slower while the disk is busy (seen here: −30 to −40 % at
+    ~1.2 GB/s, with the lost time showing up as steal). ``W_during`` is what the disk read
+    meanwhile (over the probe's whole run, its set-up included)."""
+    stop = threading.Event()
+    during: dict = {}
+    failed: list[BaseException] = []
+
+    def stream() -> None:
+        try:
+            during.update(reader.measure(depth=depth, stop=stop))
+        except BaseException as exc:  # re-raised on the caller's thread below
+            failed.append(exc)
+
+    streamer = threading.Thread(target=stream)
+    streamer.start()
+    try:
+        row = measure_kernel(probe, **kernel_args)
+    finally:
+        stop.set()
+        streamer.join()
+    if failed:
+        raise failed[0]
+    return {**row, "row": "F_io", "read_depth": depth, "W_during": during["bytes_per_s"]}
 
 
 def llc_bytes() -> int:
