@@ -19,6 +19,10 @@ static uint32_t rnd(void) { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
 static float rndf(void) { return (float)((int32_t)(rnd() >> 8) - (1 << 23)) / (float)(1 << 23); }
 static uint32_t bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 
+/* The kernel sets every check runs: generic first (the reference the others must equal),
+ * then AVX2 and AVX-512, NULL where this CPU lacks them. main fills it. */
+static const wk_kernels *sets[3];
+
 static void decode_tables(void) {
     static const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
     for (int n = 0; n < 16; n++) {
@@ -77,8 +81,6 @@ static void mxfp4_layout(void) {
 /* Random rows: every kernel set equals generic bit for bit, and generic equals the f32
  * lane-striped dot of the decoded row. Scales span fp16 subnormals and E8M0 0..160. */
 static int kernel_sets_agree(void) {
-    const wk_kernels *sets[3] = {wk_select(WASTE_KERNELS_GENERIC, NULL), wk_select(WASTE_KERNELS_AVX2, NULL),
-                                 wk_select(WASTE_KERNELS_AVX512, NULL)};
     static const uint32_t ns[] = {32, 128, 256, 1408, 4096};
     int compared = 0;
     for (int f = 0; f < 3; f++) {
@@ -130,8 +132,6 @@ static int kernel_sets_agree(void) {
  * (a product rounded, then a sum rounded; volatile keeps the compiler from fusing them), on
  * lengths that leave SIMD tails, values spanning subnormals, and each set's own bits. */
 static int kda_rows_agree(void) {
-    const wk_kernels *sets[3] = {wk_select(WASTE_KERNELS_GENERIC, NULL), wk_select(WASTE_KERNELS_AVX2, NULL),
-                                 wk_select(WASTE_KERNELS_AVX512, NULL)};
     static const uint32_t ns[] = {1, 7, 8, 15, 16, 17, 64, 128, 131};
     int compared = 0;
     for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
@@ -174,8 +174,6 @@ static uint8_t *random_matrix(int32_t fmt, uint32_t group, uint32_t rows, uint32
  * product, the sum, each rounded: volatile keeps them apart), on both int8 groups and on
  * subnormal scales. */
 static int axpy_rows_agree(void) {
-    const wk_kernels *sets[3] = {wk_select(WASTE_KERNELS_GENERIC, NULL), wk_select(WASTE_KERNELS_AVX2, NULL),
-                                 wk_select(WASTE_KERNELS_AVX512, NULL)};
     static const uint32_t groups[] = {32, 128};   /* the int8 groups a container may have */
     int compared = 0;
     for (size_t gi = 0; gi < sizeof groups / sizeof groups[0]; gi++) {
@@ -215,8 +213,6 @@ static int axpy_rows_agree(void) {
 /* The f32 axpy of every set against the formula (the product, then the sum, each rounded:
  * volatile keeps them apart), on lengths with tails and on subnormal and huge values. */
 static int axpy_f32_agrees(void) {
-    const wk_kernels *sets[3] = {wk_select(WASTE_KERNELS_GENERIC, NULL), wk_select(WASTE_KERNELS_AVX2, NULL),
-                                 wk_select(WASTE_KERNELS_AVX512, NULL)};
     enum { N = 531 };
     static float x[N], y0[N], want[N], got[N];
     int compared = 0;
@@ -251,8 +247,6 @@ static int axpy_f32_agrees(void) {
  * every lane position, then random floats over [-120, 120] and random bit patterns; lengths
  * that leave a tail. */
 static int exp_agrees(void) {
-    const wk_kernels *sets[3] = {wk_select(WASTE_KERNELS_GENERIC, NULL), wk_select(WASTE_KERNELS_AVX2, NULL),
-                                 wk_select(WASTE_KERNELS_AVX512, NULL)};
     static const float edges[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 88.72283f, 88.72284f, -103.97208f, -87.33654f,
                                   -87.33655f, -745.2f, 709.8f, 700.0f, -700.0f, 700.00006f, -700.00006f, 1e-45f, -1e-45f,
                                   1e-38f, 0.5f, -0.5f, 0.34657359f, 3.4e38f, -3.4e38f, 1.0f, -1.0f};
@@ -306,8 +300,6 @@ static uint8_t *random_matrix(int32_t fmt, uint32_t group, uint32_t rows, uint32
  * equal to generic bit for bit (7 rows: one 4-row pass and 3 single rows), generic within the
  * quantization error of the exact f32 dot, and the f32 `rows` of every set equal to its dot. */
 static int q8_path(void) {
-    const wk_kernels *sets[3] = {wk_select(WASTE_KERNELS_GENERIC, NULL), wk_select(WASTE_KERNELS_AVX2, NULL),
-                                 wk_select(WASTE_KERNELS_AVX512, NULL)};
     static const uint32_t ns[] = {32, 96, 128, 256, 1408, 4096};
     static const struct { int32_t fmt; uint32_t group; } fs[] = {
         {WF_INT8, 32}, {WF_INT8, 128}, {WF_INT4, 32}, {WF_INT4, 128}, {WF_MXFP4, 32}};
@@ -392,6 +384,9 @@ static int q8_path(void) {
 }
 
 int main(void) {
+    sets[0] = wk_select(WASTE_KERNELS_GENERIC, NULL);
+    sets[1] = wk_select(WASTE_KERNELS_AVX2, NULL);
+    sets[2] = wk_select(WASTE_KERNELS_AVX512, NULL);
     decode_tables();
     int4_layout();
     mxfp4_layout();
@@ -403,7 +398,7 @@ int main(void) {
     printf("test_kernels: %d f32 axpy calls compared with the formula\n", axpy_f32_agrees());
     printf("test_kernels: %d q8 rows compared with generic\n", compared_q8);
     printf("test_kernels: int4/mxfp4 decode tables checked; %d SIMD dot products compared with generic (%s%s)\n", compared,
-           wk_select(WASTE_KERNELS_AVX2, NULL) ? "avx2" : "no avx2", wk_select(WASTE_KERNELS_AVX512, NULL) ? ", avx512" : ", no avx512");
+           sets[1] ? "avx2" : "no avx2", sets[2] ? ", avx512" : ", no avx512");
     if (failures) { printf("test_kernels: %d failure(s)\n", failures); return 1; }
     printf("test_kernels: ok\n");
     return 0;
