@@ -5,6 +5,7 @@
  * sets give the same bits. Like test_numerics it reaches internal functions (src/internal.h,
  * linked from libwaste.a): bit-identity is a property of the implementation. */
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,25 @@ static uint32_t bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 /* The kernel sets every check runs: generic first (the reference the others must equal),
  * then AVX2 and AVX-512, NULL where this CPU lacks them. main fills it. */
 static const wk_kernels *sets[3];
+
+/* n outputs of `set` against what the check expects, bit for bit. The first element that
+ * differs is printed (the set, the case as the printf-style `what` names it, the index) and
+ * counted as one failure; returns its index, n when all agree. */
+__attribute__((format(printf, 5, 6)))
+static uint32_t same_bits(const wk_kernels *set, const float *got, const float *want, uint32_t n, const char *what, ...) {
+    for (uint32_t i = 0; i < n; i++)
+        if (bits(got[i]) != bits(want[i])) {
+            va_list ap;
+            va_start(ap, what);
+            printf("FAIL: %s ", set->name);
+            vprintf(what, ap);
+            printf(" [%u]: %a, expected %a\n", i, got[i], want[i]);
+            va_end(ap);
+            failures++;
+            return i;
+        }
+    return n;
+}
 
 static void decode_tables(void) {
     static const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
@@ -147,19 +167,14 @@ static int kda_rows_agree(void) {
                     if (op == 0) { ws[j] = s0[j] * e; p = ws[j] * kk; wr[j] = r0[j] + p; }
                     else { p = kk * dl[j]; ws[j] = s0[j] + p; t = ws[j] * q; wr[j] = r0[j] + t; }
                 }
+                const char *kernel = op ? "update_read" : "decay_read";
                 for (int si = 0; si < 3; si++) {
                     if (!sets[si]) continue;
                     memcpy(s, s0, n * sizeof *s); memcpy(r, r0, n * sizeof *r);
                     if (op == 0) sets[si]->decay_read(s, e, kk, r, n);
                     else sets[si]->update_read(s, kk, dl, q, r, n);
-                    for (uint32_t j = 0; j < n; j++) {
-                        if (bits(s[j]) != bits(ws[j]) || bits(r[j]) != bits(wr[j])) {
-                            printf("FAIL: %s %s n=%u trial %d element %u: s %a r %a, formula s %a r %a\n",
-                                   sets[si]->name, op ? "update_read" : "decay_read", n, trial, j, s[j], r[j], ws[j], wr[j]);
-                            failures++;
-                            break;
-                        }
-                    }
+                    same_bits(sets[si], s, ws, n, "%s n=%u trial %d s", kernel, n, trial);
+                    same_bits(sets[si], r, wr, n, "%s n=%u trial %d r", kernel, n, trial);
                     compared++;
                 }
             }
@@ -195,13 +210,7 @@ static int axpy_rows_agree(void) {
                 if (!sets[si]) continue;
                 memcpy(got, y0, n * sizeof *got);
                 sets[si]->axpy_int8(row, a, got, n, group);
-                for (uint32_t j = 0; j < n; j++)
-                    if (bits(got[j]) != bits(want[j])) {
-                        printf("FAIL: %s axpy_int8 g%u trial %d element %u: %a, formula %a\n", sets[si]->name, group,
-                               trial, j, got[j], want[j]);
-                        failures++;
-                        break;
-                    }
+                same_bits(sets[si], got, want, n, "axpy_int8 g%u trial %d", group, trial);
                 compared++;
             }
             free(row);
@@ -229,13 +238,7 @@ static int axpy_f32_agrees(void) {
             if (!sets[si]) continue;
             memcpy(got, y0, n * sizeof *got);
             sets[si]->axpy_f32(got, a, x, n);
-            for (uint32_t j = 0; j < n; j++)
-                if (bits(got[j]) != bits(want[j])) {
-                    printf("FAIL: %s axpy_f32 trial %d element %u: %a, formula %a\n", sets[si]->name, trial, j, got[j],
-                           want[j]);
-                    failures++;
-                    break;
-                }
+            same_bits(sets[si], got, want, n, "axpy_f32 trial %d", trial);
             compared++;
         }
     }
@@ -264,13 +267,8 @@ static int exp_agrees(void) {
         for (int si = 0; si < 3; si++) {
             if (!sets[si]) continue;
             sets[si]->exp_f32(x, got, n);
-            for (uint32_t i = 0; i < n; i++)
-                if (bits(got[i]) != bits(want[i])) {
-                    printf("FAIL: %s exp_f32 trial %d x[%u] = %a: %a, wn_expf %a\n", sets[si]->name, trial, i, x[i], got[i],
-                           want[i]);
-                    failures++;
-                    break;
-                }
+            uint32_t bad = same_bits(sets[si], got, want, n, "exp_f32 trial %d", trial);
+            if (bad < n) printf("  (that is exp of x[%u] = %a)\n", bad, x[bad]);
             compared += (int)n;
         }
     }
@@ -359,12 +357,8 @@ static int q8_path(void) {
                     if (!sets[s]) continue;
                     if (s) {
                         sets[s]->rows_q8(&m, 0, ROWS, xq, xd, got);
-                        for (uint32_t r = 0; r < ROWS; r++)
-                            if (bits(got[r]) != bits(gen[r])) {
-                                printf("FAIL: q8 %s %s g%u n=%u trial %d row %u: %a vs generic %a\n", sets[s]->name,
-                                       wf_name(fmt), group, n, trial, r, got[r], gen[r]);
-                                failures++;
-                            }
+                        same_bits(sets[s], got, gen, ROWS, "q8 %s g%u n=%u trial %d vs generic, row", wf_name(fmt), group,
+                                  n, trial);
                         compared += ROWS;
                     }
                     sets[s]->rows(&m, 0, ROWS, x, y32);
