@@ -54,22 +54,7 @@ static void exercise(waste_ctx *ctx) {
         }
         free(snap);
     }
-    /* A segment chain: a root, two more positions, a child, then the chain restored. */
-    uint64_t base = 0, s1 = 0, s2 = 0, g1 = 0, g2 = 0;
-    if (waste_snapshot_segment_size(ctx, 1, &s1, &base) == WASTE_OK) {
-        void *a = malloc(s1 ? s1 : 1);
-        if (waste_snapshot_segment_save(ctx, 1, a, s1, &g1) == WASTE_OK && waste_eval(ctx, ids + 3, 2, NULL, 0) == WASTE_OK
-            && waste_snapshot_segment_size(ctx, 0, &s2, &base) == WASTE_OK) {
-            void *b = malloc(s2 ? s2 : 1);
-            if (waste_snapshot_segment_save(ctx, 0, b, s2, &g2) == WASTE_OK) {
-                const void *chain[2] = {a, b};
-                uint64_t lens[2] = {g1, g2};
-                REQUIRE(waste_snapshot_chain_load(ctx, chain, lens, 2) == WASTE_OK);
-            }
-            free(b);
-        }
-        free(a);
-    }
+    REQUIRE(tk_segment_chain_round_trip(ctx, ids + 3) == WASTE_OK);
     int32_t toks[64]; uint64_t nt = 0;
     waste_tokenize_markup(ctx, "hello <|im_end|> world \xc3\xa9", 25, info.bos_id >= 0, toks, 64, &nt);
     waste_stats stats; waste_stats_init(&stats);

@@ -5,6 +5,7 @@
  * sets give the same bits. Like test_numerics it reaches internal functions (src/internal.h,
  * linked from libwaste.a): bit-identity is a property of the implementation. */
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,29 @@ static uint64_t rng = 0x9E3779B97F4A7C15ull;
 static uint32_t rnd(void) { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return (uint32_t)(rng >> 32); }
 static float rndf(void) { return (float)((int32_t)(rnd() >> 8) - (1 << 23)) / (float)(1 << 23); }
 static uint32_t bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+
+/* The kernel sets every check runs: generic first (the reference the others must equal),
+ * then AVX2 and AVX-512, NULL where this CPU lacks them. main fills it. */
+static const wk_kernels *sets[3];
+
+/* n outputs of `set` against what the check expects, bit for bit. The first element that
+ * differs is printed (the set, the case as the printf-style `what` names it, the index) and
+ * counted as one failure; returns its index, n when all agree. */
+__attribute__((format(printf, 5, 6)))
+static uint32_t same_bits(const wk_kernels *set, const float *got, const float *want, uint32_t n, const char *what, ...) {
+    for (uint32_t i = 0; i < n; i++)
+        if (bits(got[i]) != bits(want[i])) {
+            va_list ap;
+            va_start(ap, what);
+            printf("FAIL: %s ", set->name);
+            vprintf(what, ap);
+            printf(" [%u]: %a, expected %a\n", i, got[i], want[i]);
+            va_end(ap);
+            failures++;
+            return i;
+        }
+    return n;
+}
 
 static void decode_tables(void) {
     static const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
@@ -77,8 +101,6 @@ static void mxfp4_layout(void) {
 /* Random rows: every kernel set equals generic bit for bit, and generic equals the f32
  * lane-striped dot of the decoded row. Scales span fp16 subnormals and E8M0 0..160. */
 static int kernel_sets_agree(void) {
-    const wk_kernels *sets[3] = {wk_select(WASTE_KERNELS_GENERIC, NULL), wk_select(WASTE_KERNELS_AVX2, NULL),
-                                 wk_select(WASTE_KERNELS_AVX512, NULL)};
     static const uint32_t ns[] = {32, 128, 256, 1408, 4096};
     int compared = 0;
     for (int f = 0; f < 3; f++) {
@@ -130,8 +152,6 @@ static int kernel_sets_agree(void) {
  * (a product rounded, then a sum rounded; volatile keeps the compiler from fusing them), on
  * lengths that leave SIMD tails, values spanning subnormals, and each set's own bits. */
 static int kda_rows_agree(void) {
-    const wk_kernels *sets[3] = {wk_select(WASTE_KERNELS_GENERIC, NULL), wk_select(WASTE_KERNELS_AVX2, NULL),
-                                 wk_select(WASTE_KERNELS_AVX512, NULL)};
     static const uint32_t ns[] = {1, 7, 8, 15, 16, 17, 64, 128, 131};
     int compared = 0;
     for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
@@ -147,19 +167,14 @@ static int kda_rows_agree(void) {
                     if (op == 0) { ws[j] = s0[j] * e; p = ws[j] * kk; wr[j] = r0[j] + p; }
                     else { p = kk * dl[j]; ws[j] = s0[j] + p; t = ws[j] * q; wr[j] = r0[j] + t; }
                 }
+                const char *kernel = op ? "update_read" : "decay_read";
                 for (int si = 0; si < 3; si++) {
                     if (!sets[si]) continue;
                     memcpy(s, s0, n * sizeof *s); memcpy(r, r0, n * sizeof *r);
                     if (op == 0) sets[si]->decay_read(s, e, kk, r, n);
                     else sets[si]->update_read(s, kk, dl, q, r, n);
-                    for (uint32_t j = 0; j < n; j++) {
-                        if (bits(s[j]) != bits(ws[j]) || bits(r[j]) != bits(wr[j])) {
-                            printf("FAIL: %s %s n=%u trial %d element %u: s %a r %a, formula s %a r %a\n",
-                                   sets[si]->name, op ? "update_read" : "decay_read", n, trial, j, s[j], r[j], ws[j], wr[j]);
-                            failures++;
-                            break;
-                        }
-                    }
+                    same_bits(sets[si], s, ws, n, "%s n=%u trial %d s", kernel, n, trial);
+                    same_bits(sets[si], r, wr, n, "%s n=%u trial %d r", kernel, n, trial);
                     compared++;
                 }
             }
@@ -174,8 +189,6 @@ static uint8_t *random_matrix(int32_t fmt, uint32_t group, uint32_t rows, uint32
  * product, the sum, each rounded: volatile keeps them apart), on both int8 groups and on
  * subnormal scales. */
 static int axpy_rows_agree(void) {
-    const wk_kernels *sets[3] = {wk_select(WASTE_KERNELS_GENERIC, NULL), wk_select(WASTE_KERNELS_AVX2, NULL),
-                                 wk_select(WASTE_KERNELS_AVX512, NULL)};
     static const uint32_t groups[] = {32, 128};   /* the int8 groups a container may have */
     int compared = 0;
     for (size_t gi = 0; gi < sizeof groups / sizeof groups[0]; gi++) {
@@ -197,13 +210,7 @@ static int axpy_rows_agree(void) {
                 if (!sets[si]) continue;
                 memcpy(got, y0, n * sizeof *got);
                 sets[si]->axpy_int8(row, a, got, n, group);
-                for (uint32_t j = 0; j < n; j++)
-                    if (bits(got[j]) != bits(want[j])) {
-                        printf("FAIL: %s axpy_int8 g%u trial %d element %u: %a, formula %a\n", sets[si]->name, group,
-                               trial, j, got[j], want[j]);
-                        failures++;
-                        break;
-                    }
+                same_bits(sets[si], got, want, n, "axpy_int8 g%u trial %d", group, trial);
                 compared++;
             }
             free(row);
@@ -215,8 +222,6 @@ static int axpy_rows_agree(void) {
 /* The f32 axpy of every set against the formula (the product, then the sum, each rounded:
  * volatile keeps them apart), on lengths with tails and on subnormal and huge values. */
 static int axpy_f32_agrees(void) {
-    const wk_kernels *sets[3] = {wk_select(WASTE_KERNELS_GENERIC, NULL), wk_select(WASTE_KERNELS_AVX2, NULL),
-                                 wk_select(WASTE_KERNELS_AVX512, NULL)};
     enum { N = 531 };
     static float x[N], y0[N], want[N], got[N];
     int compared = 0;
@@ -233,13 +238,7 @@ static int axpy_f32_agrees(void) {
             if (!sets[si]) continue;
             memcpy(got, y0, n * sizeof *got);
             sets[si]->axpy_f32(got, a, x, n);
-            for (uint32_t j = 0; j < n; j++)
-                if (bits(got[j]) != bits(want[j])) {
-                    printf("FAIL: %s axpy_f32 trial %d element %u: %a, formula %a\n", sets[si]->name, trial, j, got[j],
-                           want[j]);
-                    failures++;
-                    break;
-                }
+            same_bits(sets[si], got, want, n, "axpy_f32 trial %d", trial);
             compared++;
         }
     }
@@ -251,8 +250,6 @@ static int axpy_f32_agrees(void) {
  * every lane position, then random floats over [-120, 120] and random bit patterns; lengths
  * that leave a tail. */
 static int exp_agrees(void) {
-    const wk_kernels *sets[3] = {wk_select(WASTE_KERNELS_GENERIC, NULL), wk_select(WASTE_KERNELS_AVX2, NULL),
-                                 wk_select(WASTE_KERNELS_AVX512, NULL)};
     static const float edges[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 88.72283f, 88.72284f, -103.97208f, -87.33654f,
                                   -87.33655f, -745.2f, 709.8f, 700.0f, -700.0f, 700.00006f, -700.00006f, 1e-45f, -1e-45f,
                                   1e-38f, 0.5f, -0.5f, 0.34657359f, 3.4e38f, -3.4e38f, 1.0f, -1.0f};
@@ -270,13 +267,8 @@ static int exp_agrees(void) {
         for (int si = 0; si < 3; si++) {
             if (!sets[si]) continue;
             sets[si]->exp_f32(x, got, n);
-            for (uint32_t i = 0; i < n; i++)
-                if (bits(got[i]) != bits(want[i])) {
-                    printf("FAIL: %s exp_f32 trial %d x[%u] = %a: %a, wn_expf %a\n", sets[si]->name, trial, i, x[i], got[i],
-                           want[i]);
-                    failures++;
-                    break;
-                }
+            uint32_t bad = same_bits(sets[si], got, want, n, "exp_f32 trial %d", trial);
+            if (bad < n) printf("  (that is exp of x[%u] = %a)\n", bad, x[bad]);
             compared += (int)n;
         }
     }
@@ -306,8 +298,6 @@ static uint8_t *random_matrix(int32_t fmt, uint32_t group, uint32_t rows, uint32
  * equal to generic bit for bit (7 rows: one 4-row pass and 3 single rows), generic within the
  * quantization error of the exact f32 dot, and the f32 `rows` of every set equal to its dot. */
 static int q8_path(void) {
-    const wk_kernels *sets[3] = {wk_select(WASTE_KERNELS_GENERIC, NULL), wk_select(WASTE_KERNELS_AVX2, NULL),
-                                 wk_select(WASTE_KERNELS_AVX512, NULL)};
     static const uint32_t ns[] = {32, 96, 128, 256, 1408, 4096};
     static const struct { int32_t fmt; uint32_t group; } fs[] = {
         {WF_INT8, 32}, {WF_INT8, 128}, {WF_INT4, 32}, {WF_INT4, 128}, {WF_MXFP4, 32}};
@@ -367,12 +357,8 @@ static int q8_path(void) {
                     if (!sets[s]) continue;
                     if (s) {
                         sets[s]->rows_q8(&m, 0, ROWS, xq, xd, got);
-                        for (uint32_t r = 0; r < ROWS; r++)
-                            if (bits(got[r]) != bits(gen[r])) {
-                                printf("FAIL: q8 %s %s g%u n=%u trial %d row %u: %a vs generic %a\n", sets[s]->name,
-                                       wf_name(fmt), group, n, trial, r, got[r], gen[r]);
-                                failures++;
-                            }
+                        same_bits(sets[s], got, gen, ROWS, "q8 %s g%u n=%u trial %d vs generic, row", wf_name(fmt), group,
+                                  n, trial);
                         compared += ROWS;
                     }
                     sets[s]->rows(&m, 0, ROWS, x, y32);
@@ -392,6 +378,9 @@ static int q8_path(void) {
 }
 
 int main(void) {
+    sets[0] = wk_select(WASTE_KERNELS_GENERIC, NULL);
+    sets[1] = wk_select(WASTE_KERNELS_AVX2, NULL);
+    sets[2] = wk_select(WASTE_KERNELS_AVX512, NULL);
     decode_tables();
     int4_layout();
     mxfp4_layout();
@@ -403,7 +392,7 @@ int main(void) {
     printf("test_kernels: %d f32 axpy calls compared with the formula\n", axpy_f32_agrees());
     printf("test_kernels: %d q8 rows compared with generic\n", compared_q8);
     printf("test_kernels: int4/mxfp4 decode tables checked; %d SIMD dot products compared with generic (%s%s)\n", compared,
-           wk_select(WASTE_KERNELS_AVX2, NULL) ? "avx2" : "no avx2", wk_select(WASTE_KERNELS_AVX512, NULL) ? ", avx512" : ", no avx512");
+           sets[1] ? "avx2" : "no avx2", sets[2] ? ", avx512" : ", no avx512");
     if (failures) { printf("test_kernels: %d failure(s)\n", failures); return 1; }
     printf("test_kernels: ok\n");
     return 0;

@@ -141,23 +141,8 @@ static void exercise(waste_ctx *ctx) {
         if (waste_snapshot_save(ctx, snap, size, &got) == WASTE_OK) waste_snapshot_load(ctx, snap, got);
         free(snap);
     }
-    /* A segment chain round trip: a root, two more positions, a child, then the chain. */
-    uint64_t base = 0, s1 = 0, s2 = 0, g1 = 0, g2 = 0;
-    if (waste_snapshot_segment_size(ctx, 1, &s1, &base) == WASTE_OK) {
-        void *a = malloc(s1 ? s1 : 1);
-        if (waste_snapshot_segment_save(ctx, 1, a, s1, &g1) == WASTE_OK && waste_eval(ctx, ids + 3, 2, NULL, 0) == WASTE_OK
-            && waste_snapshot_segment_size(ctx, 0, &s2, &base) == WASTE_OK) {
-            void *b = malloc(s2 ? s2 : 1);
-            if (waste_snapshot_segment_save(ctx, 0, b, s2, &g2) == WASTE_OK) {
-                const void *chain[2] = {a, b};
-                uint64_t lens[2] = {g1, g2};
-                st = waste_snapshot_chain_load(ctx, chain, lens, 2);
-                if (st != WASTE_OK) { printf("FAIL: chain load status %d: %s\n", st, waste_last_error(ctx)); tk_failures++; }
-            }
-            free(b);
-        }
-        free(a);
-    }
+    st = tk_segment_chain_round_trip(ctx, ids + 3);
+    if (st != WASTE_OK) { printf("FAIL: chain load status %d: %s\n", st, waste_last_error(ctx)); tk_failures++; }
     int32_t toks[64]; uint64_t nt;
     waste_tokenize_markup(ctx, "hello <|im_end|> world", 22, 1, toks, 64, &nt);
     free(logits);

@@ -274,4 +274,28 @@ TK_UNUSED static waste_ctx *tk_open(const char *dir, const waste_cfg *cfg_in) {
     return ctx;
 }
 
+/* The segment chain round trip (docs/FORMAT.md §7.1) at ctx's position: a root segment
+ * saved, two more positions evaluated (next2[0..1]), a child segment saved, then the chain
+ * of both restored. Returns the chain load's status; WASTE_OK also when an earlier step
+ * refuses, because a context a mutated manifest let open may have no segment to save, but
+ * a chain that was saved must load. */
+TK_UNUSED static int32_t tk_segment_chain_round_trip(waste_ctx *ctx, const int32_t *next2) {
+    int32_t st = WASTE_OK;
+    uint64_t base = 0, s1 = 0, s2 = 0, g1 = 0, g2 = 0;
+    if (waste_snapshot_segment_size(ctx, 1, &s1, &base) != WASTE_OK) return WASTE_OK;
+    void *root = malloc(s1 ? s1 : 1);
+    if (waste_snapshot_segment_save(ctx, 1, root, s1, &g1) == WASTE_OK && waste_eval(ctx, next2, 2, NULL, 0) == WASTE_OK
+        && waste_snapshot_segment_size(ctx, 0, &s2, &base) == WASTE_OK) {
+        void *child = malloc(s2 ? s2 : 1);
+        if (waste_snapshot_segment_save(ctx, 0, child, s2, &g2) == WASTE_OK) {
+            const void *chain[2] = {root, child};
+            uint64_t lens[2] = {g1, g2};
+            st = waste_snapshot_chain_load(ctx, chain, lens, 2);
+        }
+        free(child);
+    }
+    free(root);
+    return st;
+}
+
 #endif
