@@ -188,7 +188,8 @@ typedef void (*wp_fn)(void *arg, uint32_t begin, uint32_t end);
 int32_t wp_create(uint32_t n_threads, const int *cpus, wp_pool **out);
 void wp_destroy(wp_pool *p);
 uint32_t wp_size(const wp_pool *p);
-/* Splits [0,n) into n_threads contiguous blocks; returns after all finished. */
+/* Runs fn over [0,n) in contiguous chunks claimed by the workers (the caller is one); returns
+ * after all finished. Each item is computed by one worker, so results never depend on which. */
 void wp_run(wp_pool *p, uint32_t n, wp_fn fn, void *arg);
 
 /* ---- container.c ---------------------------------------------------------------- */

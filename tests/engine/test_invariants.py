@@ -64,10 +64,15 @@ def test_prefill_chunking_is_exact(containers, kind):
 
 @pytest.mark.parametrize("kind", ["f32", "f32-odd", "bf16", "int8", "int4"])
 def test_thread_count_is_exact(containers, kind):
+    # 3 workers on a 2-CPU machine: workers are descheduled mid-job and the others claim
+    # their chunks (src/pool.c), which must change no bit either.
     path = containers[kind]
-    with open_ctx(path, n_threads=1) as c1, open_ctx(path, n_threads=2) as c2:
+    with open_ctx(path, n_threads=1) as c1:
         ids = prompt_of(40, c1.vocab)
-        assert same_bytes(per_token(c1, ids), per_token(c2, ids))
+        ref = per_token(c1, ids)
+    for n in (2, 3):
+        with open_ctx(path, n_threads=n) as c:
+            assert same_bytes(per_token(c, ids), ref), f"n_threads={n} differs from 1"
 
 
 @pytest.mark.parametrize("kind", ["f32", "f32-odd", "bf16", "int8", "int4", "int4-g128"])
