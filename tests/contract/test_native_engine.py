@@ -472,6 +472,9 @@ def test_options_from_the_server_settings(native):
         attrs.evolve(settings, activations="f32")).activations == "f32"
     assert native.NativeOptions.from_settings(
         attrs.evolve(settings, prefix_cache=1 << 20)).prefix_cache == 1 << 20
+    assert native.NativeOptions.from_settings(settings).prefix_interval == native.NativeOptions().prefix_interval == 1024
+    assert native.NativeOptions.from_settings(
+        attrs.evolve(settings, prefix_interval=64)).prefix_interval == 64
     tokenizer = native.NativeOptions.from_settings(settings).for_tokenizer()
     assert tokenizer.tokenizer_only and not tokenizer.exclusive_open and tokenizer.usage_path == ""
 

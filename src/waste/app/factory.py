@@ -44,7 +44,8 @@ def engine_opener(settings: Settings) -> EngineOpener:
     if settings.fake_engine is not None:
         script = load_script(settings.fake_engine)  # a bad script fails at startup
         return lambda: open_fake_engine(script, ctx_tokens=settings.ctx, vision=settings.vision,
-                                        prefix_cache=settings.prefix_cache)
+                                        prefix_cache=settings.prefix_cache,
+                                        prefix_interval=settings.prefix_interval)
 
     model = settings.model
     if model is None:

@@ -43,6 +43,9 @@ class Settings:
     allow_local_images: bool = False
     max_queue: int = 64
     prefix_cache: int | None = None  # bytes; None = a share of the budget (docs/ENGINE.md §2)
+    # Tokens between the states stored inside a long prompt; 0 = none; None = the engine's
+    # default (1024 for libwaste, 256 for the fake engine's short scripted prompts).
+    prefix_interval: int | None = None
     cors_origins: tuple[str, ...] = ()
     log_level: str = "info"
     fake_engine: str | None = None
@@ -128,6 +131,7 @@ _VALUED = {
     "api-key": ("api_key", lambda t, w: t or None),
     "budget": ("budget", parse_size),
     "prefix-cache": ("prefix_cache", parse_size),
+    "prefix-interval": ("prefix_interval", lambda t, w: _parse_int(t, w, 0, 2**32 - 1)),
     "ctx": ("ctx", lambda t, w: _parse_int(t, w)),
     "threads": ("threads", lambda t, w: _parse_int(t, w)),
     "io-threads": ("io_threads", lambda t, w: _parse_int(t, w, 0, 64)),
@@ -218,7 +222,8 @@ def load_settings(argv: Sequence[str] | None, env: Mapping[str, str], *,
 
 
 # What only libwaste does: meaningless in front of vLLM, so refused there by name.
-_NATIVE_ONLY = (("budget", "budget"), ("prefix-cache", "prefix_cache"), ("threads", "threads"),
+_NATIVE_ONLY = (("budget", "budget"), ("prefix-cache", "prefix_cache"),
+                ("prefix-interval", "prefix_interval"), ("threads", "threads"),
                 ("io-threads", "io_threads"), ("cpus", "cpus"), ("cache", "cache"),
                 ("usage", "usage"), ("lookahead", "lookahead"), ("no-direct-io", "direct_io"),
                 ("verify", "verify"), ("exclusive-open", "exclusive_open"), ("vision", "vision"))

@@ -59,12 +59,17 @@ class FakeRecord:
     prefilled: list[int] = attrs.field(factory=list)  # positions evaluated by the prefill
 
 
+# Tokens between stored prefix states when none is asked for: shorter than libwaste's 1024,
+# because the scripted prompts are short.
+FAKE_PREFIX_INTERVAL = 256
+
+
 class FakeEngine:
     """The Engine and Tokenizer ports, scripted. Blocking calls; a concurrent call raises
     EngineBusy."""
 
     def __init__(self, script: FakeScript, *, ctx_tokens: int = 0, vision: bool = False,
-                 prefix_cache: int | None = None, prefix_interval: int = 256) -> None:
+                 prefix_cache: int | None = None, prefix_interval: int | None = None) -> None:
         self.script = script
         self.record = FakeRecord()
         self.vocab = FakeVocabulary(script)
@@ -80,7 +85,7 @@ class FakeEngine:
         if capacity and capacity < self.entry_bytes(self._ctx):
             capacity = 0  # too small for one full-context entry: off, as libwaste's adapter
         self.prefix_cache: PrefixCache[int] = PrefixCache(capacity=capacity)
-        self.prefix_interval = prefix_interval
+        self.prefix_interval = FAKE_PREFIX_INTERVAL if prefix_interval is None else prefix_interval
         # The entry last stored or restored: the next entry extends it, as libwaste's anchor.
         self._anchor: Entry[int] | None = None
         if script.load_delay_s:
@@ -363,7 +368,7 @@ class FakeEngine:
 
 @contextlib.asynccontextmanager
 async def open_fake_engine(script: FakeScript, *, ctx_tokens: int = 0, vision: bool = False,
-                           prefix_cache: int | None = None
+                           prefix_cache: int | None = None, prefix_interval: int | None = None
                            ) -> AsyncIterator[tuple[FakeEngine, FakeEngine]]:
     """Own a ``FakeEngine`` (its own tokenizer) for a server's lifetime, as the native
     opener does: opened in a thread (``load_delay_s`` blocks), waited for even when
@@ -371,7 +376,7 @@ async def open_fake_engine(script: FakeScript, *, ctx_tokens: int = 0, vision: b
     with trio.CancelScope(shield=True):
         engine = await trio.to_thread.run_sync(
             lambda: FakeEngine(script, ctx_tokens=ctx_tokens, vision=vision,
-                               prefix_cache=prefix_cache))
+                               prefix_cache=prefix_cache, prefix_interval=prefix_interval))
     try:
         yield engine, engine
     finally:

@@ -17,6 +17,8 @@ KERNELS = ("auto", "generic", "avx2", "avx512")
 # weights (docs/ENGINE.md §4.3).
 ACTIVATIONS = ("f32", "q8")
 _U32 = 2**32 - 1
+# Tokens between the prefix-cache states stored inside a long prompt (docs/ENGINE.md §2).
+DEFAULT_PREFIX_INTERVAL = 1024
 _U64 = 2**64 - 1
 
 
@@ -77,7 +79,7 @@ class NativeOptions:
     # Bytes taken out of ram_budget_bytes for stored states; 0 off, None the default share.
     prefix_cache: int | None = attrs.field(default=0, validator=_optional_size)
     # Tokens between the states stored inside a long prompt.
-    prefix_interval: int = attrs.field(default=1024, validator=_unsigned(_U32))
+    prefix_interval: int = attrs.field(default=DEFAULT_PREFIX_INTERVAL, validator=_unsigned(_U32))
 
     @classmethod
     def from_settings(cls, settings: Any) -> "NativeOptions":
@@ -86,8 +88,8 @@ class NativeOptions:
         Reads ``budget`` (bytes), ``ctx``, ``threads``, ``cpus`` (str or None), ``cache``
         ("layer"/"lfru"/"lru"), ``direct_io`` (False for --no-direct-io), ``vision``, ``verify``,
         ``usage`` (str or None), ``exclusive_open``, ``io_threads``, ``lookahead`` (bool),
-        ``activations`` ("f32"/"q8") and
-        ``prefix_cache`` (bytes, None for the default share of the budget). Every one is
+        ``activations`` ("f32"/"q8"), ``prefix_cache`` (bytes, None for the default share of
+        the budget) and ``prefix_interval`` (tokens, None for the default). Every one is
         required: a missing attribute raises AttributeError naming it, a bad value ValueError
         naming the option.
         """
@@ -98,7 +100,8 @@ class NativeOptions:
             verify=settings.verify, usage_path=settings.usage,
             exclusive_open=settings.exclusive_open, io_threads=settings.io_threads,
             lookahead=int(settings.lookahead), activations=settings.activations,
-            prefix_cache=settings.prefix_cache)
+            prefix_cache=settings.prefix_cache,
+            prefix_interval=DEFAULT_PREFIX_INTERVAL if settings.prefix_interval is None else settings.prefix_interval)
 
     @classmethod
     def coerce(cls, options: Any) -> "NativeOptions":
