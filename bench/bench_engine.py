@@ -87,8 +87,9 @@ def _json_default(value):
 
 
 def cpu_snapshot() -> tuple[float, float, float]:
-    """(CPU-seconds busy on the whole machine, CPU-seconds used by this process, CPU-seconds
-    stolen by the hypervisor: /proc/stat's steal, which "busy" includes)."""
+    """(CPU-seconds busy on the whole machine, CPU-seconds used by this process and by the
+    probes it ran (its waited-for children: the F and F_io probes), CPU-seconds stolen by the
+    hypervisor: /proc/stat's steal, which "busy" includes)."""
     with open("/proc/stat") as f:
         fields = [int(x) for x in f.readline().split()[1:]]
     idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
@@ -96,7 +97,7 @@ def cpu_snapshot() -> tuple[float, float, float]:
     busy = (sum(fields[:8]) - idle) / tick
     steal = (fields[7] if len(fields) > 7 else 0) / tick
     own = os.times()
-    return busy, own.user + own.system, steal
+    return busy, own.user + own.system + own.children_user + own.children_system, steal
 
 
 def source_state() -> dict:
