@@ -28,8 +28,11 @@ class Settings:
     budget: int = 0
     ctx: int = 0
     threads: int = 0
-    io_threads: int = 0
-    lookahead: bool = False
+    # Reading ahead (docs/ENGINE.md §5): on by default, since a container larger than the
+    # budget is what the engine is for; load_settings turns the lookahead off with
+    # --io-threads 0 (it needs the readers).
+    io_threads: int = 4
+    lookahead: bool = True
     activations: str = "q8"  # the server's default; libwaste's own is f32 (docs/ENGINE.md §4.3)
     cpus: str | None = None
     cache: str = "layer"
@@ -154,6 +157,7 @@ _SWITCHES = {
     "verify": ("verify", True), "exclusive-open": ("exclusive_open", True),
     "no-thinking": ("thinking", False), "allow-local-images": ("allow_local_images", True),
     "plan": ("plan", True), "version": ("version", True), "lookahead": ("lookahead", True),
+    "no-lookahead": ("lookahead", False),
 }
 _NOT_FROM_ASGI_ENV = {"host", "port", "plan", "version"}
 
@@ -218,6 +222,7 @@ def load_settings(argv: Sequence[str] | None, env: Mapping[str, str], *,
         raise UsageError("MODEL is required (a container directory), or pass --fake-engine "
                          "or --vllm URL")
     _check_threads_fit(values.get("threads", 0), values.get("cpus"))
+    _check_lookahead(values)
     return Settings(**values)
 
 
@@ -225,7 +230,8 @@ def load_settings(argv: Sequence[str] | None, env: Mapping[str, str], *,
 _NATIVE_ONLY = (("budget", "budget"), ("prefix-cache", "prefix_cache"),
                 ("prefix-interval", "prefix_interval"), ("threads", "threads"),
                 ("io-threads", "io_threads"), ("cpus", "cpus"), ("cache", "cache"),
-                ("usage", "usage"), ("lookahead", "lookahead"), ("no-direct-io", "direct_io"),
+                ("usage", "usage"), ("lookahead", "lookahead"), ("no-lookahead", "lookahead"),
+                ("no-direct-io", "direct_io"),
                 ("verify", "verify"), ("exclusive-open", "exclusive_open"), ("vision", "vision"))
 
 
@@ -234,7 +240,8 @@ def _check_engine_choice(values: dict, fake: str | None, asgi: bool) -> None:
     if values.get("vllm"):
         if values["model"] is not None or fake is not None:
             raise UsageError("--vllm serves a remote engine: give no MODEL and no --fake-engine")
-        native = [flag for flag, field in _NATIVE_ONLY if field in values]
+        native = [flag for flag, field in _NATIVE_ONLY if field in values
+                  and not (flag == "lookahead" and values[field] is False)]
         if native:
             raise UsageError(f"--{native[0]} applies to libwaste, not to --vllm (vLLM sizes, "
                              "places and caches the model itself, with its own flags)")
@@ -246,6 +253,17 @@ def _check_engine_choice(values: dict, fake: str | None, asgi: bool) -> None:
         if values.get(flag.replace("-", "_")) is not None:
             raise UsageError(f"--{flag} needs --vllm (libwaste runs one generation at a time "
                              "and reads its chat format from the container)")
+
+
+def _check_lookahead(values: dict) -> None:
+    """The lookahead's guesses are read by the reader threads: with --io-threads 0 it is off
+    unless asked for, and asked for it is a usage error (libwaste would refuse it at open)."""
+    if values.get("io_threads", attrs.fields(Settings).io_threads.default) > 0:
+        return
+    if values.get("lookahead"):
+        raise UsageError("--lookahead needs --io-threads >= 1 (its guesses are read by the "
+                         "reader threads); give --no-lookahead or a reader count")
+    values["lookahead"] = False
 
 
 def _check_threads_fit(threads: int, cpus: str | None) -> None:
