@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
-from typing import Mapping, Sequence
+from typing import Mapping, Sequence, cast
 
 import attrs
 
@@ -258,7 +258,8 @@ def _check_engine_choice(values: dict, fake: str | None, asgi: bool) -> None:
 def _check_lookahead(values: dict) -> None:
     """The lookahead's guesses are read by the reader threads: with --io-threads 0 it is off
     unless asked for, and asked for it is a usage error (libwaste would refuse it at open)."""
-    if values.get("io_threads", attrs.fields(Settings).io_threads.default) > 0:
+    default = cast(int, attrs.fields(Settings).io_threads.default)  # attrs types it Optional
+    if values.get("io_threads", default) > 0:
         return
     if values.get("lookahead"):
         raise UsageError("--lookahead needs --io-threads >= 1 (its guesses are read by the "
