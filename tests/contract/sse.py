@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import httpx
 
@@ -31,7 +32,10 @@ def stream(client: httpx.Client, path: str, body: dict) -> tuple[httpx.Response,
 
 def join_deltas(events: list) -> dict:
     """Concatenate chat deltas into a message-like dict, tool calls reassembled by index."""
-    content, reasoning, calls, finish = [], [], {}, None
+    content: list[str] = []
+    reasoning: list[str] = []
+    calls: dict[int, dict[str, Any]] = {}
+    finish = None
     for event in events:
         if not isinstance(event, dict) or not event.get("choices"):
             continue

@@ -32,11 +32,13 @@ class CliServer:
         self.stderr: queue.Queue[str] = queue.Queue()
         self.stderr_seen: list[str] = []
         threading.Thread(target=self._pump, daemon=True).start()
+        assert self.proc.stdout is not None  # stdout=PIPE
         line = self.proc.stdout.readline()
         assert line.startswith("listening on http://127.0.0.1:"), (line, self.read_stderr())
         self.base = line.split()[-1].strip()
 
     def _pump(self) -> None:
+        assert self.proc.stderr is not None  # stderr=PIPE
         for line in self.proc.stderr:
             self.stderr.put(line)
 

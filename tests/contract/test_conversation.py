@@ -63,7 +63,8 @@ def chat(client: httpx.Client, messages: list[dict], stream: bool) -> tuple[str,
         assert r.status_code == 200, r.text
         data = r.json()
         return data["choices"][0]["message"]["content"] or "", data["usage"]
-    content, usage = [], None
+    content: list[str] = []
+    usage = None
     with client.stream("POST", "/v1/chat/completions", json=body) as r:
         assert r.status_code == 200, r.read()
         for line in r.iter_lines():
@@ -74,6 +75,7 @@ def chat(client: httpx.Client, messages: list[dict], stream: bool) -> tuple[str,
                 usage = chunk["usage"]
             for choice in chunk["choices"]:
                 content.append(choice["delta"].get("content") or "")
+    assert usage is not None, "the stream sent no usage chunk"
     return "".join(content), usage
 
 

@@ -8,6 +8,7 @@ constraints)."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import httpx
 import jsonschema
@@ -46,7 +47,7 @@ TREE = {"type": "function", "function": {"name": "tree", "parameters": {
                        "required": ["w"], "additionalProperties": False}},
     "type": "object", "properties": {"left": {"$ref": "#/$defs/leaf"}}, "required": ["left"],
     "additionalProperties": False}}}
-COMMON = [WEATHER, LOOKUP, CLOCK]
+COMMON: list[dict[str, Any]] = [WEATHER, LOOKUP, CLOCK]
 FORMATS = {"xtml": COMMON + [CODE, TREE], "kimi-linear": COMMON + [CODE, TREE], "glm": COMMON}
 # The marker that ends each format's reasoning, biased so a random model reaches the answer.
 THINK_CLOSE = {"xtml": "<|close|>", "kimi-linear": None, "glm": "</think>"}

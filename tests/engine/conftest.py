@@ -105,9 +105,11 @@ def libwaste() -> Path:
     if proc.returncode != 0:
         pytest.fail(f"make -C native failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
     try:
-        extension = Path(importlib.import_module(EXTENSION_MODULE).__file__)
+        built = importlib.import_module(EXTENSION_MODULE).__file__
     except ImportError as exc:
         pytest.fail(f"the cffi extension is not built ({exc}): run `make setup`", pytrace=False)
+    assert built is not None  # an extension module is loaded from a file
+    extension = Path(built)
     newest = max(_native_sources(), key=lambda p: p.stat().st_mtime)
     if newest.stat().st_mtime > extension.stat().st_mtime:
         pytest.fail(f"{extension} is older than {newest.relative_to(REPO)}: rebuild it with "

@@ -26,6 +26,7 @@ import json
 import math
 import re
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import torch
@@ -93,11 +94,13 @@ def kda(cfg: dict, tcfg: KimiLinearConfig, layer: int) -> KimiLinearDeltaAttenti
     m = KimiLinearDeltaAttention(tcfg, layer)
     m.activation = "silu"  # the short conv stays SiLU under SiTU (§4.2.1)
     lb = (cfg.get("linear_attn_config") or {}).get("gate_lower_bound")
+    # The K3 variants replace transformers' submodules (nn.Module takes any Module there),
+    # so they are not of the types transformers declares.
     if lb is not None:
-        m.forget_gate = LowerBoundForgetGate(cfg, float(lb))
+        m.forget_gate = LowerBoundForgetGate(cfg, float(lb))  # type: ignore[assignment]
     if cfg.get("use_full_rank_gate"):
         # g_b_proj(g_a_proj(x)) with g_a = identity: g_b_proj is the full-rank g_proj [Hd, H].
-        m.g_a_proj = nn.Identity()
+        m.g_a_proj = nn.Identity()  # type: ignore[assignment]
         m.g_b_proj = nn.Linear(cfg["hidden_size"], m.qkv_dim, bias=False)
     return m
 
@@ -111,7 +114,7 @@ class MLA(nn.Module):
         super().__init__()
         self.attn = KimiLinearAttention(tcfg, layer)
         self.o_proj = self.attn.o_proj
-        self.attn.o_proj = nn.Identity()
+        self.attn.o_proj = nn.Identity()  # type: ignore[assignment]  # o_proj runs after the gate
         self.g_proj = None
         if cfg.get("mla_use_output_gate"):
             self.g_proj = nn.Linear(cfg["hidden_size"], cfg["num_attention_heads"] * cfg["v_head_dim"], bias=False)
@@ -197,6 +200,8 @@ class Layer(nn.Module):
     def __init__(self, cfg: dict, tcfg: KimiLinearConfig, layer: int) -> None:
         super().__init__()
         H, eps = cfg["hidden_size"], cfg.get("rms_norm_eps", 1e-5)
+        # KimiLinearConfig fills both lists in when they are not given.
+        assert tcfg.layer_types is not None and tcfg.mlp_layer_types is not None
         self.is_mla = tcfg.layer_types[layer] == "full_attention"
         self.self_attn = MLA(cfg, tcfg, layer) if self.is_mla else kda(cfg, tcfg, layer)
         self.is_moe = tcfg.mlp_layer_types[layer] == "sparse"
@@ -242,14 +247,16 @@ class K3Reference(nn.Module):
         x = self.embed_tokens(torch.tensor([ids]))
         T = len(ids)
         mask = torch.full((T, T), float("-inf")).triu(1)[None, None]
+        layers = cast("list[Layer]", list(self.layers))  # the ModuleList holds Layers only
         if not self.block:
-            for layer in self.layers:
+            for layer in layers:
                 x = x + layer.attn(x, mask)
                 x = x + layer.ffn(x)
             h = x
         else:
-            p, blocks = x, []
-            for i, layer in enumerate(self.layers):
+            p = x
+            blocks: list[torch.Tensor] = []
+            for i, layer in enumerate(layers):
                 xin = layer.self_attention_res(p, blocks) if blocks else p
                 if i % self.block == 0:
                     blocks.append(p)
@@ -305,6 +312,7 @@ def hf_state_dict(model: K3Reference, a_log_shape: str = "1,1,H,1") -> dict:
             name = re.sub(pat, rep, name)
         a = t.detach().float().numpy()
         if name.endswith(".self_attn.conv1d.weight"):
+            assert Hk is not None and d is not None  # a KDA layer's config has both
             for part, x in zip("qkv", a.reshape(3, Hk * d, 1, -1)):
                 out[name.replace("conv1d", f"{part}_conv1d")] = x
             continue

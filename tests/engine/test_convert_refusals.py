@@ -72,7 +72,11 @@ def garble_header(hf: Path) -> None:
 def truncate(by: int | None = None, to: int | None = None):
     def damage(hf: Path) -> None:
         raw = (hf / ST).read_bytes()
-        (hf / ST).write_bytes(raw[:to] if to is not None else raw[:-by])
+        if to is not None:
+            (hf / ST).write_bytes(raw[:to])
+        else:
+            assert by is not None, "truncate() needs by= or to="
+            (hf / ST).write_bytes(raw[:-by])
     return damage
 
 

@@ -218,7 +218,8 @@ def test_pieces_concatenate_to_detokenize(containers):
 
 def utf8_interior(b: bytes) -> set[int]:
     """Offsets strictly inside a valid multi-byte UTF-8 sequence of ``b``."""
-    out, i = set(), 0
+    out: set[int] = set()
+    i = 0
     while i < len(b):
         lead = b[i]
         n = 2 if 0xC2 <= lead <= 0xDF else 3 if 0xE0 <= lead <= 0xEF else 4 if 0xF0 <= lead <= 0xF4 else 1

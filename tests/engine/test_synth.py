@@ -13,6 +13,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -24,9 +25,11 @@ from waste.tools.make_container import Geometry
 from waste.tools.synth import synthesize
 
 # KDA, MLA, a dense layer 0 and two MoE layers with one shared expert.
-SHAPE = dict(layers=3, layout="KMK", hidden=64, intermediate=96, moe_intermediate=32, experts=6,
-             top_k=2, shared=1, kda_heads=2, kda_head_dim=16, mla_heads=2, kv_lora_rank=32,
-             qk_nope=16, qk_rope=8, v_head=16, vocab_merges=40)
+# Geometry's keyword arguments, ints but for the layout string.
+SHAPE: dict[str, Any] = dict(
+    layers=3, layout="KMK", hidden=64, intermediate=96, moe_intermediate=32, experts=6,
+    top_k=2, shared=1, kda_heads=2, kda_head_dim=16, mla_heads=2, kv_lora_rank=32,
+    qk_nope=16, qk_rope=8, v_head=16, vocab_merges=40)
 FLAGS = [part for key, value in SHAPE.items() for part in (f"--{key.replace('_', '-')}", str(value))]
 BIAS = "model.layers.1.block_sparse_moe.gate.e_score_correction_bias"
 

@@ -187,4 +187,4 @@ async def test_shutdown_aborts_every_running_call_after_the_grace():
 
 def test_concurrency_below_one_is_refused():
     with pytest.raises(ValueError, match="max_concurrency"):
-        GenerationService(opener=lambda: None, max_concurrency=0)  # type: ignore[arg-type,return-value]
+        GenerationService(opener=lambda: None, max_concurrency=0)

@@ -15,7 +15,8 @@ import pytest
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
-from waste.domain.xtml.reply import RegionParser, XtmlMarkerIds
+from waste.domain.xtml.markers import XtmlMarkerIds
+from waste.domain.xtml.reply import RegionParser
 from waste.domain.reply.events import Delta
 from waste.domain.segments import Segment
 from waste.domain.xtml.render import render_segments

@@ -363,7 +363,10 @@ def capture_openai_bodies(call) -> list[dict]:
 
     client = openai.OpenAI(
         api_key="k", base_url="http://test/v1", max_retries=0,
-        http_client=httpx.Client(transport=httpx.MockTransport(handler)),
+        # The installed openai types http_client as httpx2.Client yet still takes an httpx.Client
+        # (is_legacy_httpx_sync_client); openai before httpx2 types it as httpx.Client.
+        http_client=httpx.Client(  # type: ignore[arg-type, unused-ignore]
+            transport=httpx.MockTransport(handler)),
     )
     with pytest.raises(openai.BadRequestError):
         call(client)

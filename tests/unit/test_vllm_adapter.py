@@ -11,7 +11,7 @@ import pytest
 
 from waste.adapters.vllm.engine import VllmEngine, VllmOptions
 from waste.domain.ports import (Cancelled, ContextFull, EngineUnavailable, InvalidArgument,
-                                Prompt, SamplingParams, Unsupported)
+                                Prompt, SamplingParams, TokenEvent, Unsupported)
 
 URL = "http://vllm.test"
 MODELS = {"data": [{"id": "m", "max_model_len": 64}]}
@@ -50,9 +50,13 @@ BASE = {"/v1/models": (200, MODELS), "/tokenizer_info": (200, INFO), "/version":
 
 
 def generate(engine: VllmEngine, ids=(1, 2), **params):
-    events = []
-    result = engine.generate(Prompt(ids=tuple(ids)), SamplingParams(**params),
-                             lambda e: events.append(e) or False)
+    events: list[TokenEvent] = []
+
+    def on_token(e: TokenEvent) -> bool:
+        events.append(e)
+        return False
+
+    result = engine.generate(Prompt(ids=tuple(ids)), SamplingParams(**params), on_token)
     return result, events
 
 

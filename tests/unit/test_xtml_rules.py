@@ -16,15 +16,8 @@ from hypothesis import strategies as st
 
 from waste.domain.errors import XTMLError
 from waste.domain.segments import Segment
-from waste.domain.xtml.render import (
-    CLOSE,
-    END_OF_MSG,
-    MEDIA_PLACEHOLDER,
-    OPEN,
-    SEP,
-    image_prompt,
-    render_segments,
-)
+from waste.domain.xtml.markers import CLOSE, END_OF_MSG, MEDIA_PLACEHOLDER, OPEN, SEP
+from waste.domain.xtml.render import image_prompt, render_segments
 
 PROMPT_A = "<|media_begin|>image 640x480<|media_content|><|media_pad|><|media_end|>"
 PROMPT_B = "<|media_begin|>image 32x16<|media_content|><|media_pad|><|media_end|>"

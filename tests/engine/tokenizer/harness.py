@@ -102,7 +102,12 @@ class CTokenizer:
         return ctypes.string_at(ptr, n.value) if status == OK else status
 
     def decode(self, ids: list[int]) -> bytes:
-        return b"".join(self.token_bytes(i) for i in ids)
+        pieces = []
+        for i in ids:
+            piece = self.token_bytes(i)
+            assert isinstance(piece, bytes), f"wt_token_bytes({i}) failed: {piece}"
+            pieces.append(piece)
+        return b"".join(pieces)
 
     @property
     def n_base_vocab(self) -> int:
