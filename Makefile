@@ -80,8 +80,8 @@ $(VLLM_VENV)/.installed:
 	$(VLLM_VENV)/bin/python -c "import vllm.entrypoints.openai.api_server"
 	touch $@
 
-# The static gates: ruff (pyflakes, bugbear, async rules) and mypy (strict on waste.domain),
-# both configured in pyproject.toml and pinned in the test extra.
+# The static gates: ruff (pyflakes, bugbear, async rules) and mypy (src and tests, strict on
+# waste.domain), both configured in pyproject.toml and pinned in the test extra.
 lint: setup
 	$(VENV)/bin/ruff check src tests
 	$(VENV)/bin/mypy
