@@ -9,13 +9,18 @@ from __future__ import annotations
 import argparse
 import os
 import re
-from typing import Mapping, Sequence, cast
+from typing import Mapping, Sequence
 
 import attrs
 
 
 class UsageError(ValueError):
     """A flag or environment variable has a bad value; the message names it."""
+
+
+# Reader threads when --io-threads is not given: the disk's faster queue depths
+# (docs/DECISIONS.md, "The server reads ahead by default").
+DEFAULT_IO_THREADS = 4
 
 
 @attrs.frozen(kw_only=True)
@@ -31,7 +36,7 @@ class Settings:
     # Reading ahead (docs/ENGINE.md §5): on by default, since a container larger than the
     # budget is what the engine is for; load_settings turns the lookahead off with
     # --io-threads 0 (it needs the readers).
-    io_threads: int = 4
+    io_threads: int = DEFAULT_IO_THREADS
     lookahead: bool = True
     activations: str = "q8"  # the server's default; libwaste's own is f32 (docs/ENGINE.md §4.3)
     cpus: str | None = None
@@ -258,8 +263,7 @@ def _check_engine_choice(values: dict, fake: str | None, asgi: bool) -> None:
 def _check_lookahead(values: dict) -> None:
     """The lookahead's guesses are read by the reader threads: with --io-threads 0 it is off
     unless asked for, and asked for it is a usage error (libwaste would refuse it at open)."""
-    default = cast(int, attrs.fields(Settings).io_threads.default)  # attrs types it Optional
-    if values.get("io_threads", default) > 0:
+    if values.get("io_threads", DEFAULT_IO_THREADS) > 0:
         return
     if values.get("lookahead"):
         raise UsageError("--lookahead needs --io-threads >= 1 (its guesses are read by the "
