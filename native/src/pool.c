@@ -42,7 +42,7 @@ struct wp_pool {
     uint32_t n_items;
 };
 
-typedef struct { wp_pool *p; uint32_t id; int cpu; } worker_arg;
+typedef struct { wp_pool *p; int cpu; } worker_arg;
 
 static int64_t now_ns(void) {
     struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -115,7 +115,7 @@ int32_t wp_create(uint32_t n_threads, const int *cpus, wp_pool **out) {
     for (uint32_t i = 1; i < n_threads; i++) {
         worker_arg *wa = malloc(sizeof *wa);
         if (!wa) { wp_destroy(p); return WASTE_E_NOMEM; }
-        wa->p = p; wa->id = i; wa->cpu = cpus ? cpus[i] : -1;
+        wa->p = p; wa->cpu = cpus ? cpus[i] : -1;
         if (pthread_create(&p->threads[i], NULL, worker_main, wa) != 0) { free(wa); wp_destroy(p); return WASTE_E_NOMEM; }
         p->n = i + 1;
     }
