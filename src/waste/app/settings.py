@@ -240,13 +240,20 @@ _NATIVE_ONLY = (("budget", "budget"), ("prefix-cache", "prefix_cache"),
                 ("verify", "verify"), ("exclusive-open", "exclusive_open"), ("vision", "vision"))
 
 
+def _given(flag: str, field: str, values: dict) -> bool:
+    """Whether ``flag`` set ``field``: a valued flag when the field is set at all, a switch
+    when it holds the switch's value (--lookahead and --no-lookahead share one field)."""
+    if field not in values:
+        return False
+    return flag not in _SWITCHES or values[field] == _SWITCHES[flag][1]
+
+
 def _check_engine_choice(values: dict, fake: str | None, asgi: bool) -> None:
     """One engine; the remote-only flags only with --vllm (a flag that does nothing is an error)."""
     if values.get("vllm"):
         if values["model"] is not None or fake is not None:
             raise UsageError("--vllm serves a remote engine: give no MODEL and no --fake-engine")
-        native = [flag for flag, field in _NATIVE_ONLY if field in values
-                  and not (flag == "lookahead" and values[field] is False)]
+        native = [flag for flag, field in _NATIVE_ONLY if _given(flag, field, values)]
         if native:
             raise UsageError(f"--{native[0]} applies to libwaste, not to --vllm (vLLM sizes, "
                              "places and caches the model itself, with its own flags)")
