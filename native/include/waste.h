@@ -96,8 +96,10 @@ typedef enum {
     WASTE_CACHE_LFRU = 0,      /* 16 sampled slots: fewest hits since loaded, then oldest */
     WASTE_CACHE_LRU = 1,       /* 16 sampled slots: oldest */
     WASTE_CACHE_LAYER = 2      /* every slot: furthest next use in the layer cycle, then fewest
-                                * accesses since open, then oldest; never an expert the current
-                                * layer still needs. Scan-resistant below one token's working set */
+                                * accesses since open, then oldest, unless an expert of any layer
+                                * has clearly fewer accesses (2 sd of a count); never an expert the
+                                * current layer still needs. Scan-resistant below one token's
+                                * working set */
 } waste_cache_policy;
 
 /* Kernel sets (cfg.kernels). All give bit-identical logits (docs/ENGINE.md §4.3); a named SIMD

@@ -9,13 +9,17 @@
  *   current layer's experts that this token does not select first, then the layer just
  *   computed, and so on backwards), the fewest accesses since open (`counts`) among those,
  *   the oldest on ties. A selected expert of the current layer is never the victim while
- *   another slot is evictable. Under a cache smaller than one token's working set this
- *   keeps a stable resident set per layer instead of cycling every slot through every layer
- *   (LRU's loop pattern, hit rate 0), so uniform routing hits about the cached fraction, and
- *   skewed routing keeps each layer's hottest experts.
+ *   another slot is evictable. Under a cache smaller than one token's working set this keeps
+ *   a stable resident set per layer instead of cycling every slot through every layer (LRU's
+ *   loop pattern, hit rate 0), so uniform routing hits about the cached fraction. One
+ *   exception: when the least accessed evictable expert of any layer has clearly fewer
+ *   accesses than that victim (more than 2 standard deviations of its count below it), it
+ *   goes instead, so skewed routing gives a cold layer's slots to other layers' hot experts,
+ *   while uniform routing (where differences in counts are noise) keeps its per-layer sets.
  * A miss is never skipped or substituted: with no evictable slot the call fails with
- * E_BUDGET. Open warms the slots from the hotlist's top counts. No read-ahead yet
- * (io_threads). */
+ * E_BUDGET. Open warms the slots from the hotlist's top counts. With reader threads
+ * (io_threads) misses are queued and waited for per slot; the lookahead's guesses are read
+ * into slots the policy would evict, unpinned once landed (docs/ENGINE.md §5 Reading ahead). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,10 +115,17 @@ static int64_t cycle_distance(const we_cache *c, uint32_t s) {
     return (int64_t)((b + 2 * c->n_banks - c->cur_bank - 1) % c->n_banks);
 }
 
+/* How many standard deviations (of a count read as a Poisson estimate) the coldest expert
+ * anywhere must lie below LAYER's own victim before it is evicted instead: 2 keeps uniform
+ * routing (where every difference in counts is noise) at LAYER's stable resident sets, and
+ * lets skewed routing give a cold layer's slots to hot experts of other layers
+ * (docs/ENGINE.md §5 Policy). */
+#define WE_COLDER_Z 2
+
 static int32_t pick_layer(we_cache *c) {
-    int32_t best = -1;
-    int64_t bd = 0;
-    uint64_t bn = 0;
+    int32_t best = -1, cold = -1;
+    int64_t bd = 0, cd = 0;
+    uint64_t bn = 0, cn = 0;
     for (uint32_t s = 0; s < c->n_slots; s++) {
         if (c->pin[s]) continue;
         int64_t d = cycle_distance(c, s);
@@ -122,6 +133,14 @@ static int32_t pick_layer(we_cache *c) {
         if (best < 0 || d > bd || (d == bd && (n < bn || (n == bn && c->last_use[s] < c->last_use[best])))) {
             best = (int32_t)s; bd = d; bn = n;
         }
+        if (cold < 0 || n < cn || (n == cn && (d > cd || (d == cd && c->last_use[s] < c->last_use[cold])))) {
+            cold = (int32_t)s; cd = d; cn = n;
+        }
+    }
+    /* Every forward pass walks every MoE layer once, so counts of different layers compare. */
+    if (cold >= 0 && cn < bn) {
+        double gap = (double)(bn - cn);
+        if (gap * gap > (double)WE_COLDER_Z * WE_COLDER_Z * (double)bn) return cold;
     }
     return best;
 }
