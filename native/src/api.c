@@ -2,6 +2,7 @@
  * the components (open.c, session.c, snapshot.c, the tokenizer, hotlist.c), plus static
  * information, struct init, statistics and the abort/poison rules (docs/ENGINE.md §1–2).
  * Nothing else in the library calls a waste_* function; native/README.md draws the layers. */
+#include <fcntl.h>   /* O_DIRECT, for the build information */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>

@@ -12,6 +12,11 @@ int main(void) {
     CHECK(strlen(waste_version()) > 0);
     CHECK(strstr(waste_build_info(), "format_version 1") != NULL);
     CHECK(strstr(waste_build_info(), "selected: ") != NULL);
+#ifdef __linux__
+    /* The banks are opened O_DIRECT on Linux; the build information must not say otherwise
+     * (api.c once lacked <fcntl.h> and printed "O_DIRECT: no"). */
+    CHECK(strstr(waste_build_info(), "O_DIRECT: yes") != NULL);
+#endif
     CHECK(strcmp(waste_status_name(WASTE_E_CTX), "E_CTX") == 0);
     CHECK(strcmp(waste_status_name(WASTE_OK), "OK") == 0);
     CHECK(strcmp(waste_status_name(12345), "E_UNKNOWN") == 0);
