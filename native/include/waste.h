@@ -151,8 +151,10 @@ typedef struct {
                                  * id as always (docs/ENGINE.md §5): logits never change */
     uint32_t lookahead;         /* [0] 1 = decode router lookahead: the next MoE layer's router
                                  * on this layer's FFN input guesses its experts and queues
-                                 * speculative reads into evictable slots; the real router
-                                 * still decides (logits never change). Needs io_threads >= 1;
+                                 * speculative reads into evictable slots, and before each
+                                 * MoE layer's mixer its own router guesses again (read only
+                                 * while a reader is idle); the real router still decides
+                                 * (logits never change). Needs io_threads >= 1;
                                  * values above 1 are E_ARG */
     int32_t tokenizer_only;     /* [0] load the tokenizer and manifest only */
     int32_t kernels;            /* [WASTE_KERNELS_AUTO] a waste_kernels value */

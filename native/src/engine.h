@@ -200,7 +200,7 @@ int we_landed(const waste_ctx *ctx, int32_t slot);
 void we_unpin(we_cache *c, int32_t slot);
 /* Lookahead: queues a speculative read of (bank, e) into an evictable slot, pinned while in
  * flight; nothing when it is cached, no slot or request is free, or there are no readers. */
-void we_speculate(waste_ctx *ctx, uint32_t bank, uint32_t e);
+void we_speculate(waste_ctx *ctx, uint32_t bank, uint32_t e, int only_idle);
 /* After bank's layer: lands its guesses still in flight, releases their pins, counts the
  * unconfirmed ones as wasted. */
 void we_settle_guesses(waste_ctx *ctx, uint32_t bank);

@@ -311,10 +311,11 @@ int we_landed(const waste_ctx *ctx, int32_t s) {
     return c->req[s] < 0 || wi_is_done(ctx->io, &c->reqs[c->req[s]]);
 }
 
-void we_speculate(waste_ctx *ctx, uint32_t bank, uint32_t e) {
+void we_speculate(waste_ctx *ctx, uint32_t bank, uint32_t e, int only_idle) {
     we_cache *c = &ctx->cache;
     uint64_t key = (uint64_t)bank * c->n_experts + e;
     if (!ctx->io || c->slot_of[key] >= 0 || c->n_free == 0) return;
+    if (only_idle && !wi_idle(ctx->io)) return;
     int32_t s = pick_slot(c);
     if (s < 0) return;                /* nothing evictable: a guess is never worth a failure */
     if (c->spec[s]) atomic_fetch_add(&ctx->st_wasted_bytes, ctx->c.banks[c->bank[s]].record_bytes);

@@ -105,6 +105,13 @@ int wi_is_done(wi_pool *p, const wi_req *r) {
     return d;
 }
 
+int wi_idle(wi_pool *p) {
+    pthread_mutex_lock(&p->mu);
+    int idle = p->in_flight < p->n_threads;
+    pthread_mutex_unlock(&p->mu);
+    return idle;
+}
+
 void wi_stats(wi_pool *p, uint32_t *depth_max, uint64_t *busy_us, uint64_t *read_us) {
     pthread_mutex_lock(&p->mu);
     *depth_max = p->depth_max;

@@ -30,6 +30,8 @@ void wi_submit(wi_pool *p, wi_req *r);
 /* Blocks until r is done; returns whether it had to wait. */
 int wi_wait(wi_pool *p, wi_req *r);
 int wi_is_done(wi_pool *p, const wi_req *r);
+/* Whether a reader is free: fewer reads queued or in flight than readers. */
+int wi_idle(wi_pool *p);
 /* The deepest queue reached, the time >= 1 read was in flight, and the sum of read times. */
 void wi_stats(wi_pool *p, uint32_t *depth_max, uint64_t *busy_us, uint64_t *read_us);
 

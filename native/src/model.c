@@ -843,6 +843,15 @@ static void route(waste_ctx *ctx, const wm_layer *L, const float *xn, int32_t *s
     }
 }
 
+/* Routes MoE layer L on xn and queues speculative reads of the experts it selects that are
+ * not cached (router scratch buf[11]). */
+static void guess_layer(waste_ctx *ctx, const wm_layer *L, const float *xn, int only_idle) {
+    int32_t gsel[WE_REQS / 2];
+    float gw[WE_REQS / 2];
+    route(ctx, L, xn, gsel, gw);
+    for (uint32_t j = 0; j < ctx->c.cfg.top_k; j++) we_speculate(ctx, (uint32_t)L->bank, (uint32_t)gsel[j], only_idle);
+}
+
 /* Decode lookahead (docs/ENGINE.md §5): route the next MoE layer after l on layer l's FFN
  * input (xn[0]) and queue speculative reads of its guesses that are not cached. Uses the
  * router's scratch (buf[11]) after layer l's own routing is done. */
@@ -851,11 +860,7 @@ static int32_t lookahead(waste_ctx *ctx, uint32_t l) {
     uint32_t l2 = l + 1;
     while (l2 < c->n_layers && !ctx->layers[l2].is_moe) l2++;
     if (l2 >= c->n_layers) return WASTE_OK;
-    const wm_layer *L2 = &ctx->layers[l2];
-    int32_t gsel[WE_REQS / 2];
-    float gw[WE_REQS / 2];
-    route(ctx, L2, ctx->xn, gsel, gw);
-    for (uint32_t j = 0; j < c->top_k; j++) we_speculate(ctx, (uint32_t)L2->bank, (uint32_t)gsel[j]);
+    guess_layer(ctx, &ctx->layers[l2], ctx->xn, 0);
     return WASTE_OK;
 }
 
@@ -1030,6 +1035,19 @@ static void res_mix(const waste_ctx *ctx, const float *p, uint32_t nb, uint32_t 
 #undef CAND
 }
 
+/* The second guess (decode, docs/ENGINE.md §5): before MoE layer L's mixer, its own router on
+ * the residual x as its FFN will see it without the mixer's output (mixed with the nb residual
+ * blocks under attention residuals, then ffn_norm), into xm. It catches most of the experts
+ * the guess made one layer earlier missed, and its reads take only idle readers: a second
+ * guess never delays a read already queued. */
+static void guess_again(waste_ctx *ctx, const wm_layer *L, const float *x, uint32_t nb) {
+    const wc_config *c = &ctx->c.cfg;
+    const float *src = x;
+    if (c->res_block && nb) { res_mix(ctx, x, nb, 0, L->res_mlp_norm, L->res_mlp_proj, ctx->xm); src = ctx->xm; }
+    rmsnorm(ctx->xm, src, L->ffn_norm, c->hidden, c->rms_eps);
+    guess_layer(ctx, L, ctx->xm, 1);
+}
+
 /* ==== forward ====================================================================== */
 int32_t wm_forward(waste_ctx *ctx, const int32_t *ids, uint32_t n, int want_logits) {
     const wc_config *c = &ctx->c.cfg;
@@ -1052,6 +1070,7 @@ int32_t wm_forward(waste_ctx *ctx, const int32_t *ids, uint32_t n, int want_logi
             /* Attention residuals (docs/ENGINE.md §4.2.3): the input is Mix(P, 𝔅) once 𝔅 is not
              * empty; at a block start P is pushed onto 𝔅 and restarts at 0, after the mix. */
             const float *src = x;
+            if (n == 1 && L->is_moe && ctx->lookahead && ctx->io && c->top_k <= WE_REQS / 2) guess_again(ctx, L, x, nb);
             if (B && nb) { res_mix(ctx, x, nb, t, L->res_attn_norm, L->res_attn_proj, ctx->xm); src = ctx->xm; }
             rmsnorm(xin, src, L->attn_norm, H, c->rms_eps);
             if (push) {
