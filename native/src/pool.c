@@ -55,6 +55,30 @@ static void relax(void) {
 #endif
 }
 
+/* Waits while pending(p, x): spins for up to SPIN_NS (the next job or the job's end is usually
+ * microseconds away), then sleeps on cv, which is signalled under p->mu after the condition
+ * changes. The workers wait for a new job this way, the caller for its job's end. */
+static void spin_then_sleep(wp_pool *p, pthread_cond_t *cv, int (*pending)(wp_pool *, uint32_t), uint32_t x) {
+    int64_t t0 = now_ns();
+    while (pending(p, x)) {
+        if (now_ns() - t0 > SPIN_NS) {
+            pthread_mutex_lock(&p->mu);
+            while (pending(p, x)) pthread_cond_wait(cv, &p->mu);
+            pthread_mutex_unlock(&p->mu);
+            return;
+        }
+        relax();
+    }
+}
+
+/* A worker that has seen job `seen`: no newer job is published and the pool is not quitting. */
+static int no_new_job(wp_pool *p, uint32_t seen) {
+    return CLAIM_JOB(atomic_load(&p->claim)) == seen && !atomic_load(&p->quit);
+}
+
+/* The caller of a job cut into `chunks`: some chunk is not finished yet. */
+static int job_running(wp_pool *p, uint32_t chunks) { return atomic_load(&p->done) < chunks; }
+
 /* Claims and runs chunks of job `job` until none is left (or another job was published). */
 static void run_chunks(wp_pool *p, uint32_t job) {
     for (;;) {
@@ -83,17 +107,7 @@ static void *worker_main(void *v) {
     free(wa);
     uint32_t seen = 0;
     for (;;) {
-        int64_t t0 = now_ns();
-        while (CLAIM_JOB(atomic_load(&p->claim)) == seen && !atomic_load(&p->quit)) {
-            if (now_ns() - t0 > SPIN_NS) {
-                pthread_mutex_lock(&p->mu);
-                while (CLAIM_JOB(atomic_load(&p->claim)) == seen && !atomic_load(&p->quit))
-                    pthread_cond_wait(&p->cv_start, &p->mu);
-                pthread_mutex_unlock(&p->mu);
-                break;
-            }
-            relax();
-        }
+        spin_then_sleep(p, &p->cv_start, no_new_job, seen);
         if (atomic_load(&p->quit)) break;
         seen = CLAIM_JOB(atomic_load(&p->claim));
         run_chunks(p, seen);
@@ -152,14 +166,5 @@ void wp_run(wp_pool *p, uint32_t n, wp_fn fn, void *arg) {
     pthread_cond_broadcast(&p->cv_start);
     pthread_mutex_unlock(&p->mu);
     run_chunks(p, job);
-    int64_t t0 = now_ns();
-    while (atomic_load(&p->done) < chunks) {
-        if (now_ns() - t0 > SPIN_NS) {
-            pthread_mutex_lock(&p->mu);
-            while (atomic_load(&p->done) < chunks) pthread_cond_wait(&p->cv_done, &p->mu);
-            pthread_mutex_unlock(&p->mu);
-            break;
-        }
-        relax();
-    }
+    spin_then_sleep(p, &p->cv_done, job_running, chunks);
 }
