@@ -233,6 +233,13 @@ class Bench:
         """Experts that fit in a quarter of the LLC: the kernel probe's compute-bound set."""
         return max(1, llc_bytes() // 4 // self.record_bytes)
 
+    @property
+    def ram_experts(self) -> int:
+        """Experts filling 4x the LLC (at least 64, at most 2 GiB): the probe's rate with its
+        weights coming from RAM, as the decode's matvecs get them. Printed, not in the bound."""
+        llc4 = 4 * llc_bytes() // self.record_bytes + 1
+        return max(64, min(llc4, (2 << 30) // self.record_bytes))
+
     def machine(self, workdir: Path, emit_row) -> tuple[float, float | None]:
         """The W, M and F rows at start-up; returns (M, F or None without a probe)."""
         for depth in sorted({1, 2, self.depth}):
@@ -248,7 +255,7 @@ class Bench:
         f = None
         if self.probe is not None:
             for t, experts in ((1, self.llc_experts), (self.threads, self.llc_experts),
-                               (self.threads, 64)):
+                               (self.threads, self.ram_experts)):
                 row = measure_kernel(self.probe, **self.kernel_args(experts, t))
                 row["source"] = self.probe_note
                 if t == self.threads and experts == self.llc_experts:
