@@ -843,6 +843,13 @@ static void route(waste_ctx *ctx, const wm_layer *L, const float *xn, int32_t *s
     }
 }
 
+/* Whether a forward pass of n tokens guesses experts ahead (docs/ENGINE.md §5): decode only
+ * (a guess never crosses into the next token), with reader threads to read the guesses, and
+ * top_k within the guess buffers. */
+static int guessing(const waste_ctx *ctx, uint32_t n) {
+    return ctx->lookahead && ctx->io && n == 1 && ctx->c.cfg.top_k <= WE_REQS / 2;
+}
+
 /* Routes MoE layer L on xn and queues speculative reads of the experts it selects that are
  * not cached (router scratch buf[11]). */
 static void guess_layer(waste_ctx *ctx, const wm_layer *L, const float *xn, int only_idle) {
@@ -925,12 +932,13 @@ static int32_t moe_chunk(waste_ctx *ctx, uint32_t l, uint32_t n) {
     we_begin_layer(&ctx->cache, bank, ctx->expert_used);
     /* Reads: up to k of the layer's experts are pinned at once, fetched in ascending id, each
      * until its last task is computed (with io_threads all of a decode token's misses are
-     * queued at once; k more slots stay for the next layer's guesses, so the pins never exceed
-     * the min cache); without readers each miss is read on this thread as it is fetched. */
+     * queued at once; k more slots stay for the next layer's guesses, so the window and those
+     * fit the min cache, and a guess beyond them takes only a slot nothing pins); without
+     * readers each miss is read on this thread as it is fetched. */
     uint32_t W = MIN(k, WE_REQS / 2), fetched = 0, pinned = 0, s = 0;
     /* Lookahead (decode only): the next MoE layer's router on this layer's FFN input guesses
      * its experts; their reads are queued behind this layer's. The real router still decides. */
-    int guess = ctx->lookahead && ctx->io && n == 1 && k <= WE_REQS / 2;
+    int guess = guessing(ctx, n);
     ffn_task wave[WM_WAVE_MAX];
     uint32_t widx[WM_WAVE_MAX];
     int32_t st = WASTE_OK;
@@ -1070,7 +1078,7 @@ int32_t wm_forward(waste_ctx *ctx, const int32_t *ids, uint32_t n, int want_logi
             /* Attention residuals (docs/ENGINE.md §4.2.3): the input is Mix(P, 𝔅) once 𝔅 is not
              * empty; at a block start P is pushed onto 𝔅 and restarts at 0, after the mix. */
             const float *src = x;
-            if (n == 1 && L->is_moe && ctx->lookahead && ctx->io && c->top_k <= WE_REQS / 2) guess_again(ctx, L, x, nb);
+            if (L->is_moe && guessing(ctx, n)) guess_again(ctx, L, x, nb);
             if (B && nb) { res_mix(ctx, x, nb, t, L->res_attn_norm, L->res_attn_proj, ctx->xm); src = ctx->xm; }
             rmsnorm(xin, src, L->attn_norm, H, c->rms_eps);
             if (push) {

@@ -7,7 +7,8 @@
  * token's working set to nearly all experts, where LRU and LFRU fall to ~0 below one working
  * set; under skewed routing LAYER does better than under uniform, at least as well as
  * LFRU and LRU, and within 5 % of the best static cache in hindsight (the most accessed
- * experts of the measured tokens, in every slot but the k a layer's misses pass through). Identical logits across policies are checked on real containers by
+ * experts of the measured tokens, in every slot but the k a layer's misses pass through).
+ * Identical logits across policies are checked on real containers by
  * tests/engine/test_invariants.py. Reaches internal functions (src/engine.h). */
 #include <math.h>
 #include <stdio.h>
@@ -65,7 +66,9 @@ static double simulate(int32_t policy, uint32_t L, uint32_t E, uint32_t k, uint3
     }
     uint8_t sel[1024];
     uint64_t hits = 0, all = 0, *seen = calloc((size_t)L * E, sizeof *seen);
-    double result = 0;
+    double result = -2;
+    if (!seen) goto out;
+    result = 0;
     /* warm-up: until every slot is filled (cold misses are not the policy's), then `warm` more */
     uint32_t filled_at = UINT32_MAX;
     for (uint32_t t = 0; t < (filled_at == UINT32_MAX ? UINT32_MAX : filled_at + warm + tokens); t++) {
