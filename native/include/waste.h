@@ -148,14 +148,16 @@ typedef struct {
     uint32_t io_threads;        /* [0 = reads on the computing thread] 1..64 reader threads:
                                  * a layer's misses (up to top_k) are queued at once and each
                                  * expert is computed when its record has landed, in ascending
-                                 * id as always (docs/ENGINE.md §5): logits never change */
+                                 * id as always (docs/ENGINE.md §5): logits never change.
+                                 * Reads start in the order their layers need them */
     uint32_t lookahead;         /* [0] 1 = decode router lookahead: the next MoE layer's router
                                  * on this layer's FFN input guesses its experts and queues
-                                 * speculative reads into evictable slots, and before each
-                                 * MoE layer's mixer its own router guesses again (read only
-                                 * while a reader is idle); the real router still decides
-                                 * (logits never change). Needs io_threads >= 1;
-                                 * values above 1 are E_ARG */
+                                 * speculative reads of its top ranks into evictable slots,
+                                 * and before each MoE layer's mixer its own router guesses
+                                 * again and reads the rest; guesses the real router does not
+                                 * select and no reader has started are taken back (logits
+                                 * never change). Needs io_threads >= 1; values above 1 are
+                                 * E_ARG */
     int32_t tokenizer_only;     /* [0] load the tokenizer and manifest only */
     int32_t kernels;            /* [WASTE_KERNELS_AUTO] a waste_kernels value */
     /* API version 6 */
@@ -333,7 +335,8 @@ typedef struct {
     /* API version 4: reading ahead (cfg.io_threads, cfg.lookahead). */
     uint32_t io_threads;        /* reader threads running (cfg.io_threads) */
     uint32_t lookahead;         /* cfg.lookahead */
-    uint64_t guesses;           /* speculative reads issued by lookahead */
+    uint64_t guesses;           /* speculative reads issued by lookahead (one taken back
+                                 * before a reader started it is not counted) */
     uint64_t guess_hits;        /* guesses the real router then selected (accuracy =
                                  * guess_hits / guesses); each is also counted as a miss */
     uint64_t wasted_bytes;      /* bytes of guesses never selected by the token they were

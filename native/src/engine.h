@@ -37,6 +37,10 @@ typedef struct {
 /* Reads in flight at once at most: a layer's window of misses plus the next layer's guesses. */
 #define WE_REQS 128
 
+/* A slot's guess state (we_cache.spec): none; a guess waiting for its layer's router; a guess
+ * its layer did not select whose read is still in flight (pinned until it lands). */
+enum { WE_SPEC_NONE = 0, WE_SPEC_GUESS = 1, WE_SPEC_LEFT = 2 };
+
 /* Expert slots (docs/ENGINE.md §5). The per-slot arrays and the (bank, expert) tables are all
  * sized for every expert of the container (n_all), so their bytes are a fixed part of the
  * plan's state and the budget holds exactly; only n_slots of the slot entries are used. */
@@ -52,7 +56,7 @@ typedef struct {
     int32_t *slot_of;               /* per (bank, expert): its slot or -1 */
     uint64_t *counts;               /* per (bank, expert): accesses, merged with the hotlist */
     int32_t *req;                   /* per slot: its read in flight (index into reqs) or -1 */
-    uint8_t *spec;                  /* per slot: holds a lookahead guess not yet confirmed */
+    uint8_t *spec;                  /* per slot: WE_SPEC_*: a lookahead guess not yet confirmed */
     wi_req reqs[WE_REQS];           /* reads in flight through the reader pool */
     int32_t free_req[WE_REQS];
     uint32_t n_free;
@@ -200,10 +204,14 @@ int we_landed(const waste_ctx *ctx, int32_t slot);
 void we_unpin(we_cache *c, int32_t slot);
 /* Lookahead: queues a speculative read of (bank, e) into an evictable slot, pinned while in
  * flight; nothing when it is cached, no slot or request is free, or there are no readers. */
-void we_speculate(waste_ctx *ctx, uint32_t bank, uint32_t e, int only_idle);
-/* After bank's layer: lands its guesses still in flight, releases their pins, counts the
- * unconfirmed ones as wasted. */
+void we_speculate(waste_ctx *ctx, uint32_t bank, uint32_t e);
+/* Once bank's layer has fetched every expert it selects: its other guesses are taken back
+ * when no reader has started them, released (and counted as wasted) when landed, else left
+ * to land pinned; guesses left earlier that have landed are released. Never waits. */
 void we_settle_guesses(waste_ctx *ctx, uint32_t bank);
+/* At the end of a forward pass: waits for the guesses left in flight and releases them, so
+ * no read is in flight between passes. */
+void we_land_guesses(waste_ctx *ctx);
 /* Lands every read in flight and releases every pin (after a failed or aborted pass). */
 void we_drain(waste_ctx *ctx);
 /* The policy without I/O (we_get is lookup, read, install): counts the access; on a hit pins

@@ -98,6 +98,7 @@ static int32_t pick_sampled(we_cache *c) {
     int32_t best = -1;
     for (int i = 0; i < 16; i++) {
         uint32_t s = (uint32_t)(next_rand(c) % c->n_slots);
+        if (!c->pin[s] && c->bank[s] < 0) return (int32_t)s;
         if (!c->pin[s] && better_victim(c, s, best)) best = (int32_t)s;
     }
     if (best < 0)
@@ -128,6 +129,7 @@ static int32_t pick_layer(we_cache *c) {
     uint64_t bn = 0, cn = 0;
     for (uint32_t s = 0; s < c->n_slots; s++) {
         if (c->pin[s]) continue;
+        if (c->bank[s] < 0) return (int32_t)s;   /* emptied (a guess taken back, a failed read) */
         int64_t d = cycle_distance(c, s);
         uint64_t n = c->counts[(uint64_t)c->bank[s] * c->n_experts + (uint32_t)c->expert[s]];
         if (best < 0 || d > bd || (d == bd && (n < bn || (n == bn && c->last_use[s] < c->last_use[best])))) {
@@ -207,6 +209,7 @@ static int submit(waste_ctx *ctx, int32_t s, uint32_t bank, uint32_t e) {
     int32_t q = c->free_req[--c->n_free];
     wi_req *r = &c->reqs[q];
     r->c = &ctx->c; r->b = &ctx->c.banks[bank]; r->e = e; r->verify = (int)ctx->verify;
+    r->need = bank;   /* banks are the MoE layers in the order a forward pass needs them */
     r->dst = c->mem + (uint64_t)s * c->slot_bytes;
     c->req[s] = q;
     wi_submit(ctx->io, r);
@@ -311,17 +314,16 @@ int we_landed(const waste_ctx *ctx, int32_t s) {
     return c->req[s] < 0 || wi_is_done(ctx->io, &c->reqs[c->req[s]]);
 }
 
-void we_speculate(waste_ctx *ctx, uint32_t bank, uint32_t e, int only_idle) {
+void we_speculate(waste_ctx *ctx, uint32_t bank, uint32_t e) {
     we_cache *c = &ctx->cache;
     uint64_t key = (uint64_t)bank * c->n_experts + e;
     if (!ctx->io || c->slot_of[key] >= 0 || c->n_free == 0) return;
-    if (only_idle && !wi_idle(ctx->io)) return;
     int32_t s = pick_slot(c);
     if (s < 0) return;                /* nothing evictable: a guess is never worth a failure */
     if (c->spec[s]) atomic_fetch_add(&ctx->st_wasted_bytes, ctx->c.banks[c->bank[s]].record_bytes);
     if (c->bank[s] >= 0) c->slot_of[(uint64_t)c->bank[s] * c->n_experts + (uint32_t)c->expert[s]] = -1;
     c->bank[s] = (int32_t)bank; c->expert[s] = (int32_t)e; c->slot_of[key] = s;
-    c->hits[s] = 1; c->last_use[s] = c->tick; c->pin[s] = 1; c->spec[s] = 1;
+    c->hits[s] = 1; c->last_use[s] = c->tick; c->pin[s] = 1; c->spec[s] = WE_SPEC_GUESS;
     if (submit(ctx, s, bank, e) != 0) {   /* cannot happen (n_free checked); undo */
         c->slot_of[key] = -1; c->bank[s] = -1; c->expert[s] = -1; c->pin[s] = 0; c->spec[s] = 0;
         return;
@@ -329,18 +331,51 @@ void we_speculate(waste_ctx *ctx, uint32_t bank, uint32_t e, int only_idle) {
     atomic_fetch_add(&ctx->st_guesses, 1);
 }
 
+/* An unconfirmed guess whose read landed: its pin goes and its bytes count as wasted (the
+ * record stays cached). Its read is finished without waiting: it has landed. */
+static void guess_wasted(waste_ctx *ctx, int32_t s) {
+    we_cache *c = &ctx->cache;
+    const wc_bank *b = &ctx->c.banks[c->bank[s]];
+    if (c->req[s] >= 0) {
+        if (finish(ctx, s) != WASTE_OK) { c->pin[s] = 0; c->spec[s] = 0; return; }
+        if (c->pin[s]) c->pin[s]--;
+    }
+    c->spec[s] = 0;
+    atomic_fetch_add(&ctx->st_wasted_bytes, b->record_bytes);
+}
+
+/* A guess no reader has started is taken back: never read, its slot empty and unpinned, and
+ * it no longer counts as a guess. */
+static int guess_cancelled(waste_ctx *ctx, int32_t s) {
+    we_cache *c = &ctx->cache;
+    int32_t q = c->req[s];
+    if (q < 0 || !wi_cancel(ctx->io, &c->reqs[q])) return 0;
+    c->req[s] = -1;
+    c->free_req[c->n_free++] = q;
+    c->slot_of[(uint64_t)c->bank[s] * c->n_experts + (uint32_t)c->expert[s]] = -1;
+    c->bank[s] = -1; c->expert[s] = -1; c->pin[s] = 0; c->spec[s] = 0;
+    atomic_fetch_sub(&ctx->st_guesses, 1);
+    return 1;
+}
+
 void we_settle_guesses(waste_ctx *ctx, uint32_t bank) {
     we_cache *c = &ctx->cache;
-    for (uint32_t s = 0; s < c->n_slots; s++) {
-        if (!c->spec[s] || c->bank[s] != (int32_t)bank) continue;
-        if (c->req[s] >= 0) {         /* the speculative pin is released once its read landed */
-            if (finish(ctx, (int32_t)s) != WASTE_OK) { c->pin[s] = 0; continue; }
-            if (c->pin[s]) c->pin[s]--;
-        }
-        /* never used by the token it was guessed for: a wasted read (the record stays cached) */
-        c->spec[s] = 0;
-        atomic_fetch_add(&ctx->st_wasted_bytes, ctx->c.banks[bank].record_bytes);
+    for (uint32_t i = 0; i < c->n_slots; i++) {
+        int32_t s = (int32_t)i;
+        if (c->spec[s] == WE_SPEC_LEFT && we_landed(ctx, s)) { guess_wasted(ctx, s); continue; }
+        if (c->spec[s] != WE_SPEC_GUESS || c->bank[s] != (int32_t)bank) continue;
+        /* Never used by the token it was guessed for: taken back if still queued, released if
+         * landed, else left to land while pinned (released by a later call). */
+        if (guess_cancelled(ctx, s)) continue;
+        if (we_landed(ctx, s)) guess_wasted(ctx, s);
+        else c->spec[s] = WE_SPEC_LEFT;
     }
+}
+
+void we_land_guesses(waste_ctx *ctx) {
+    we_cache *c = &ctx->cache;
+    for (uint32_t s = 0; s < c->n_slots; s++)
+        if (c->spec[s] == WE_SPEC_LEFT) guess_wasted(ctx, (int32_t)s);
 }
 
 void we_drain(waste_ctx *ctx) {

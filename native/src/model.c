@@ -850,14 +850,21 @@ static int guessing(const waste_ctx *ctx, uint32_t n) {
     return ctx->lookahead && ctx->io && n == 1 && ctx->c.cfg.top_k <= WE_REQS / 2;
 }
 
-/* Routes MoE layer L on xn and queues speculative reads of the experts it selects that are
- * not cached (router scratch buf[11]). */
-static void guess_layer(waste_ctx *ctx, const wm_layer *L, const float *xn, int only_idle) {
+/* Routes MoE layer L on xn and queues speculative reads of the first `ranks` experts it
+ * selects (in the router's order, best first) that are neither cached nor being read
+ * (router scratch buf[11]). */
+static void guess_layer(waste_ctx *ctx, const wm_layer *L, const float *xn, uint32_t ranks) {
     int32_t gsel[WE_REQS / 2];
     float gw[WE_REQS / 2];
     route(ctx, L, xn, gsel, gw);
-    for (uint32_t j = 0; j < ctx->c.cfg.top_k; j++) we_speculate(ctx, (uint32_t)L->bank, (uint32_t)gsel[j], only_idle);
+    for (uint32_t j = 0; j < ranks; j++) we_speculate(ctx, (uint32_t)L->bank, (uint32_t)gsel[j]);
 }
+
+/* How many of its top_k choices the first guess reads: its last quarter is confirmed far less
+ * often (on the bench's model 58 % at rank 8 and 79 % at rank 7, against 90-100 % above), and
+ * the second guess, one mixer before they are needed, reads those it confirms (docs/ENGINE.md
+ * §5 Reading ahead; docs/DECISIONS.md has the measurements). */
+static uint32_t first_guess_ranks(uint32_t top_k) { return top_k - top_k / 4; }
 
 /* Decode lookahead (docs/ENGINE.md §5): route the next MoE layer after l on layer l's FFN
  * input (xn[0]) and queue speculative reads of its guesses that are not cached. Uses the
@@ -867,7 +874,7 @@ static int32_t lookahead(waste_ctx *ctx, uint32_t l) {
     uint32_t l2 = l + 1;
     while (l2 < c->n_layers && !ctx->layers[l2].is_moe) l2++;
     if (l2 >= c->n_layers) return WASTE_OK;
-    guess_layer(ctx, &ctx->layers[l2], ctx->xn, 0);
+    guess_layer(ctx, &ctx->layers[l2], ctx->xn, first_guess_ranks(c->top_k));
     return WASTE_OK;
 }
 
@@ -938,7 +945,7 @@ static int32_t moe_chunk(waste_ctx *ctx, uint32_t l, uint32_t n) {
     uint32_t W = MIN(k, WE_REQS / 2), fetched = 0, pinned = 0, s = 0;
     /* Lookahead (decode only): the next MoE layer's router on this layer's FFN input guesses
      * its experts; their reads are queued behind this layer's. The real router still decides. */
-    int guess = guessing(ctx, n);
+    int guess = guessing(ctx, n), settled = 0;
     ffn_task wave[WM_WAVE_MAX];
     uint32_t widx[WM_WAVE_MAX];
     int32_t st = WASTE_OK;
@@ -947,6 +954,9 @@ static int32_t moe_chunk(waste_ctx *ctx, uint32_t l, uint32_t n) {
             st = we_fetch(ctx, bank, (uint32_t)ex[fetched].id, &ex[fetched].slot);
             ex[fetched].state = WM_EX_FETCHED;
         }
+        /* Every selected expert fetched: the layer's other guesses are settled before the next
+         * layer's are queued (a guess no reader started is taken back, never read). */
+        if (st == WASTE_OK && fetched == m && !settled) { settled = 1; if (ctx->lookahead) we_settle_guesses(ctx, bank); }
         if (st == WASTE_OK && guess) { guess = 0; st = lookahead(ctx, l); }
         /* The wave: every task of [s, s + cap) not yet computed whose record has landed. When
          * none has, the first one's record is waited for, then the others are looked at again. */
@@ -993,7 +1003,7 @@ static int32_t moe_chunk(waste_ctx *ctx, uint32_t l, uint32_t n) {
         }
     }
     if (st) { we_drain(ctx); return st; }
-    if (ctx->lookahead) we_settle_guesses(ctx, bank);
+    if (!settled && ctx->lookahead) we_settle_guesses(ctx, bank);
     // latent: lacc[t]: [Rz] -> (RMSNorm into buf[9]) -> acc[t]: [H]; then shared experts, then xs: [n][H] += acc
     for (uint32_t t = 0; t < n; t++) {
         float *a = ctx->acc + (uint64_t)t * H;
@@ -1045,15 +1055,15 @@ static void res_mix(const waste_ctx *ctx, const float *p, uint32_t nb, uint32_t 
 
 /* The second guess (decode, docs/ENGINE.md §5): before MoE layer L's mixer, its own router on
  * the residual x as its FFN will see it without the mixer's output (mixed with the nb residual
- * blocks under attention residuals, then ffn_norm), into xm. It catches most of the experts
- * the guess made one layer earlier missed, and its reads take only idle readers: a second
- * guess never delays a read already queued. */
+ * blocks under attention residuals, then ffn_norm), into xm. It reads every expert it selects
+ * that the first guess (one layer earlier, its top ranks only) did not: most of the rest,
+ * from a closer state. Its reads queue behind the ones already queued for this layer. */
 static void guess_again(waste_ctx *ctx, const wm_layer *L, const float *x, uint32_t nb) {
     const wc_config *c = &ctx->c.cfg;
     const float *src = x;
     if (c->res_block && nb) { res_mix(ctx, x, nb, 0, L->res_mlp_norm, L->res_mlp_proj, ctx->xm); src = ctx->xm; }
     rmsnorm(ctx->xm, src, L->ffn_norm, c->hidden, c->rms_eps);
-    guess_layer(ctx, L, ctx->xm, 1);
+    guess_layer(ctx, L, ctx->xm, c->top_k);
 }
 
 /* ==== forward ====================================================================== */
@@ -1109,6 +1119,7 @@ int32_t wm_forward(waste_ctx *ctx, const int32_t *ids, uint32_t n, int want_logi
             }
         }
     }
+    if (ctx->lookahead) we_land_guesses(ctx);
     for (uint32_t t = 0; t < n; t++) ctx->ids[ctx->pos + t] = ids[t];
     ctx->pos += n;
     if (want_logits) {

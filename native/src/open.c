@@ -116,7 +116,7 @@ int32_t wo_open(const char *path, const waste_cfg *cfg, waste_ctx **out, char *e
     st = wp_create(nt, ctx->cpus, &ctx->pool);
     if (st) { wu_errf(err, cap, "cannot start %u threads", nt); goto fail; }
     if (cfg->io_threads) {
-        st = wi_open(cfg->io_threads, &ctx->io);
+        st = wi_open(cfg->io_threads, NULL, &ctx->io);
         if (st) { wu_errf(err, cap, "cannot start %u reader threads", cfg->io_threads); goto fail; }
     }
     ctx->io_threads = cfg->io_threads;
