@@ -139,7 +139,9 @@ def decode_run(container: Path, base: NativeOptions, *, fraction: float | None, 
                  "guess_hits": guess_hits,
                  "lookahead_accuracy": guess_hits / guesses if guesses else None,
                  "wasted_bytes": s1.wasted_bytes - s0.wasted_bytes,
-                 "queue_depth_max": s1.queue_depth_max}
+                 "queue_depth_max": s1.queue_depth_max,
+                 # the computing thread's waits for records, over warm-up + measured tokens
+                 "io_wait_s": round(s1.io_wait_s - s0.io_wait_s, 3)}
     finally:
         engine.close()
     seconds = sum(s.seconds for s in segments)
