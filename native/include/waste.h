@@ -296,8 +296,8 @@ typedef struct {
     /* API version 6: this call's share of the waste_stats lookahead counters. */
     uint64_t guesses;           /* speculative reads issued by lookahead during the call */
     uint64_t guess_hits;        /* of those, guesses the real router then selected */
-    uint64_t wasted_bytes;      /* guess bytes found unused during the call (a guess read for
-                                 * the call's last token is found unused by the next call) */
+    uint64_t wasted_bytes;      /* guess bytes found unused during the call (each forward
+                                 * pass settles its own guesses before it returns) */
 } waste_gen_result;
 
 /* Cumulative since open; filled from atomics, callable from any thread. */

@@ -331,8 +331,9 @@ void we_speculate(waste_ctx *ctx, uint32_t bank, uint32_t e) {
     atomic_fetch_add(&ctx->st_guesses, 1);
 }
 
-/* An unconfirmed guess whose read landed: its pin goes and its bytes count as wasted (the
- * record stays cached). Its read is finished without waiting: it has landed. */
+/* An unconfirmed guess: its read is finished (at once when it has landed; at the pass's end,
+ * we_land_guesses, waiting for it), its pin goes and its bytes count as wasted (the record
+ * stays cached). */
 static void guess_wasted(waste_ctx *ctx, int32_t s) {
     we_cache *c = &ctx->cache;
     const wc_bank *b = &ctx->c.banks[c->bank[s]];
@@ -365,7 +366,8 @@ void we_settle_guesses(waste_ctx *ctx, uint32_t bank) {
         if (c->spec[s] == WE_SPEC_LEFT && we_landed(ctx, s)) { guess_wasted(ctx, s); continue; }
         if (c->spec[s] != WE_SPEC_GUESS || c->bank[s] != (int32_t)bank) continue;
         /* Never used by the token it was guessed for: taken back if still queued, released if
-         * landed, else left to land while pinned (released by a later call). */
+         * landed, else left to land while pinned (released by a later layer's settling or at the
+         * pass's end by we_land_guesses). */
         if (guess_cancelled(ctx, s)) continue;
         if (we_landed(ctx, s)) guess_wasted(ctx, s);
         else c->spec[s] = WE_SPEC_LEFT;
