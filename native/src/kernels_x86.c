@@ -246,74 +246,108 @@ Q8X86 static inline __m256i w32_mxfp4(const uint8_t *p) {
     return _mm256_shuffle_epi8(_mm256_set_m128i(t, t), w32_nib(p));
 }
 /* p_j = Σ_{k<4} w[4j+k]·x[4j+k]: |w|·(x·sign w) as u8·s8 pairs (|w| ≤ 128, |x| ≤ 127: no
- * int16 saturation), then pairs of pairs. */
-Q8X86 static inline __m256i dot_avx2(__m256i w, __m256i x) {
+ * int16 saturation), then pairs of pairs. xa = |x| (once per block) goes unused: an int8 w
+ * may be −128, which w·sign x would wrap. */
+Q8X86 static inline __m256i dot_avx2(__m256i w, __m256i x, __m256i xa) {
+    (void)xa;
     __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
     return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
 }
-Q8VNNI static inline __m256i dot_vnni(__m256i w, __m256i x) {
+/* The same integers as |x|·(w·sign x) when |w| ≤ 12 (int4, mxfp4): one vpsignb a row, not two. */
+Q8X86 static inline __m256i dot_avx2_small(__m256i w, __m256i x, __m256i xa) {
+    __m256i p = _mm256_maddubs_epi16(xa, _mm256_sign_epi8(w, x));
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+Q8VNNI static inline __m256i dot_vnni(__m256i w, __m256i x, __m256i xa) {
+    (void)xa;
     return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
 }
 
-/* NAME(m, r0, r1, xq, xd, y) for one format: GBYTES bytes per scale group of GCOLS columns,
- * HDR bytes of scale first, BBYTES bytes per 32-column block, SCALE(ptr) its scale. */
-#define Q8_ROWS(NAME, ATTR, LOADW, DOT, SCALE, HDR, BBYTES)                                                  \
+/* The scales of four rows (rb bytes apart) at one group offset as four f32 lanes: one
+ * vcvtph2ps for the four, so that scale · xs is one vmulps giving the four scalar products. */
+Q8X86 static inline __m128 scales4_fp16(const uint8_t *p, uint64_t rb) {
+    uint16_t h0, h1, h2, h3;
+    memcpy(&h0, p, 2); memcpy(&h1, p + rb, 2); memcpy(&h2, p + 2 * rb, 2); memcpy(&h3, p + 3 * rb, 2);
+    uint64_t h = h0 | (uint64_t)h1 << 16 | (uint64_t)h2 << 32 | (uint64_t)h3 << 48;
+    return _mm_cvtph_ps(_mm_cvtsi64_si128((long long)h));
+}
+/* wk_e8m0_half on four bytes: exponent field e − 1 for e ≥ 2, the subnormals 2^−127 and
+ * 2^−128 for e = 1 and 0, NaN (0x7fc00000) for 255; no call per row. */
+Q8X86 static inline __m128 scales4_e8m0(const uint8_t *p, uint64_t rb) {
+    uint32_t e4 = p[0] | (uint32_t)p[rb] << 8 | (uint32_t)p[2 * rb] << 16 | (uint32_t)p[3 * rb] << 24;
+    __m128i e = _mm_cvtepu8_epi32(_mm_cvtsi32_si128((int)e4));
+    __m128i v = _mm_blendv_epi8(_mm_slli_epi32(_mm_sub_epi32(e, _mm_set1_epi32(1)), 23),
+                                _mm_sllv_epi32(_mm_set1_epi32(0x00200000), e), _mm_cmpgt_epi32(_mm_set1_epi32(2), e));
+    v = _mm_or_si128(v, _mm_and_si128(_mm_cmpeq_epi32(e, _mm_set1_epi32(255)), _mm_set1_epi32(0x7fc00000)));
+    return _mm_castsi128_ps(v);
+}
+/* Lane k of d in all eight lanes. */
+#define Q8_LANE(d, k) _mm256_broadcastss_ps(_mm_permute_ps(d, (k) * 0x55))
+
+/* Block B of the four rows w0..w3 into A0..A3 (the even or the odd accumulators). */
+#define Q8_BLOCK4(LOADW, DOT, SCALES4, HDR, BBYTES, B, A0, A1, A2, A3)                                      \
+    do {                                                                                                      \
+        const uint64_t go = (uint64_t)((B) >> sh) * gbytes, bo = go + HDR + (uint64_t)((B) & tmask) * (BBYTES); \
+        const __m256i xv = _mm256_loadu_si256((const __m256i *)(xq + 32 * (uint64_t)(B))), xa = _mm256_abs_epi8(xv); \
+        const __m128 d = _mm_mul_ps(SCALES4(w0 + go, rb), _mm_set1_ps(xd[B]));                               \
+        A0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(DOT(LOADW(w0 + bo), xv, xa)), Q8_LANE(d, 0), A0);                \
+        A1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(DOT(LOADW(w1 + bo), xv, xa)), Q8_LANE(d, 1), A1);                \
+        A2 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(DOT(LOADW(w2 + bo), xv, xa)), Q8_LANE(d, 2), A2);                \
+        A3 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(DOT(LOADW(w3 + bo), xv, xa)), Q8_LANE(d, 3), A3);                \
+    } while (0)
+#define Q8_BLOCK1(LOADW, DOT, SCALE, HDR, BBYTES, B, A0)                                                     \
+    do {                                                                                                      \
+        const uint64_t go = (uint64_t)((B) >> sh) * gbytes, bo = go + HDR + (uint64_t)((B) & tmask) * (BBYTES); \
+        const __m256i xv = _mm256_loadu_si256((const __m256i *)(xq + 32 * (uint64_t)(B))), xa = _mm256_abs_epi8(xv); \
+        A0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(DOT(LOADW(w0 + bo), xv, xa)), _mm256_set1_ps(SCALE(w0 + go) * xd[B]), A0); \
+    } while (0)
+
+/* NAME(m, r0, r1, xq, xd, y) for one format: HDR bytes of scale first in each group,
+ * BBYTES bytes per 32-column block, SCALE(ptr) its scale, SCALES4 those of four rows. Two
+ * blocks a step, the even one into a?0 and the odd into a?1, so no branch on the parity. */
+#define Q8_ROWS(NAME, ATTR, LOADW, DOT, SCALE, SCALES4, HDR, BBYTES)                                         \
     ATTR static void NAME(const wm_mat *m, uint32_t r0, uint32_t r1, const int8_t *xq, const float *xd,     \
                           float *y) {                                                                         \
         const uint32_t nb = m->cols / 32, sh = m->group == 128 ? 2 : 0, tmask = (1u << sh) - 1;             \
-        const uint64_t gbytes = HDR + (uint64_t)(BBYTES) * (1u << sh);                                       \
+        const uint64_t gbytes = HDR + (uint64_t)(BBYTES) * (1u << sh), rb = m->row_bytes;                    \
         uint32_t r = r0;                                                                                      \
         for (; r + 4 <= r1; r += 4) {                                                                         \
-            const uint8_t *w0 = m->data + (uint64_t)r * m->row_bytes, *w1 = w0 + m->row_bytes;             \
-            const uint8_t *w2 = w1 + m->row_bytes, *w3 = w2 + m->row_bytes;                                 \
+            const uint8_t *w0 = m->data + (uint64_t)r * rb, *w1 = w0 + rb, *w2 = w1 + rb, *w3 = w2 + rb;    \
             __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00,        \
                    a30 = a00, a31 = a00;                                                                      \
-            const uint64_t pf_step = (4 * m->row_bytes + nb - 1) / nb; /* prefetch_share */                  \
-            for (uint32_t b = 0; b < nb; b++) {                                                               \
-                uint64_t go = (uint64_t)(b >> sh) * gbytes, bo = go + HDR + (uint64_t)(b & tmask) * (BBYTES);\
-                prefetch_share(w0 + 4 * m->row_bytes, pf_step, b, r + 8 <= r1);                               \
-                __m256i xv = _mm256_loadu_si256((const __m256i *)(xq + 32 * (uint64_t)b));                   \
-                float xs = xd[b];                                                                             \
-                __m256 p0 = _mm256_cvtepi32_ps(DOT(LOADW(w0 + bo), xv));                                     \
-                __m256 p1 = _mm256_cvtepi32_ps(DOT(LOADW(w1 + bo), xv));                                     \
-                __m256 p2 = _mm256_cvtepi32_ps(DOT(LOADW(w2 + bo), xv));                                     \
-                __m256 p3 = _mm256_cvtepi32_ps(DOT(LOADW(w3 + bo), xv));                                     \
-                __m256 d0 = _mm256_set1_ps(SCALE(w0 + go) * xs), d1 = _mm256_set1_ps(SCALE(w1 + go) * xs);   \
-                __m256 d2 = _mm256_set1_ps(SCALE(w2 + go) * xs), d3 = _mm256_set1_ps(SCALE(w3 + go) * xs);   \
-                if (b & 1) {                                                                                  \
-                    a01 = _mm256_fmadd_ps(p0, d0, a01); a11 = _mm256_fmadd_ps(p1, d1, a11);                 \
-                    a21 = _mm256_fmadd_ps(p2, d2, a21); a31 = _mm256_fmadd_ps(p3, d3, a31);                 \
-                } else {                                                                                      \
-                    a00 = _mm256_fmadd_ps(p0, d0, a00); a10 = _mm256_fmadd_ps(p1, d1, a10);                 \
-                    a20 = _mm256_fmadd_ps(p2, d2, a20); a30 = _mm256_fmadd_ps(p3, d3, a30);                 \
-                }                                                                                             \
+            const uint32_t steps = nb / 2 ? nb / 2 : 1, next = r1 - r - 4 < 4 ? r1 - r - 4 : 4;             \
+            const uint64_t pf_step = ((uint64_t)next * rb + steps - 1) / steps; /* prefetch_share */          \
+            uint32_t b = 0;                                                                                   \
+            for (; b + 2 <= nb; b += 2) {                                                                     \
+                prefetch_share(w3 + rb, pf_step, b / 2, next != 0);                                          \
+                Q8_BLOCK4(LOADW, DOT, SCALES4, HDR, BBYTES, b, a00, a10, a20, a30);                          \
+                Q8_BLOCK4(LOADW, DOT, SCALES4, HDR, BBYTES, b + 1, a01, a11, a21, a31);                      \
             }                                                                                                 \
+            if (b < nb) Q8_BLOCK4(LOADW, DOT, SCALES4, HDR, BBYTES, b, a00, a10, a20, a30);                  \
             y[r] = reduce16_avx2(a00, a01); y[r + 1] = reduce16_avx2(a10, a11);                              \
             y[r + 2] = reduce16_avx2(a20, a21); y[r + 3] = reduce16_avx2(a30, a31);                          \
         }                                                                                                     \
         for (; r < r1; r++) {                                                                                 \
-            const uint8_t *w0 = m->data + (uint64_t)r * m->row_bytes;                                        \
+            const uint8_t *w0 = m->data + (uint64_t)r * rb;                                                  \
             __m256 a00 = _mm256_setzero_ps(), a01 = a00;                                                      \
-            for (uint32_t b = 0; b < nb; b++) {                                                               \
-                uint64_t go = (uint64_t)(b >> sh) * gbytes, bo = go + HDR + (uint64_t)(b & tmask) * (BBYTES);\
-                __m256i xv = _mm256_loadu_si256((const __m256i *)(xq + 32 * (uint64_t)b));                   \
-                __m256 p0 = _mm256_cvtepi32_ps(DOT(LOADW(w0 + bo), xv));                                     \
-                __m256 d0 = _mm256_set1_ps(SCALE(w0 + go) * xd[b]);                                           \
-                if (b & 1) a01 = _mm256_fmadd_ps(p0, d0, a01);                                                \
-                else a00 = _mm256_fmadd_ps(p0, d0, a00);                                                      \
+            uint32_t b = 0;                                                                                   \
+            for (; b + 2 <= nb; b += 2) {                                                                     \
+                Q8_BLOCK1(LOADW, DOT, SCALE, HDR, BBYTES, b, a00);                                            \
+                Q8_BLOCK1(LOADW, DOT, SCALE, HDR, BBYTES, b + 1, a01);                                        \
             }                                                                                                 \
+            if (b < nb) Q8_BLOCK1(LOADW, DOT, SCALE, HDR, BBYTES, b, a00);                                    \
             y[r] = reduce16_avx2(a00, a01);                                                                   \
         }                                                                                                     \
     }
 
 #define SCALE_FP16(p) fp16_at(p)
 #define SCALE_E8M0(p) wk_e8m0_half((p)[0])
-Q8_ROWS(q8_int8_avx2, Q8X86, w32_int8, dot_avx2, SCALE_FP16, 2, 32)
-Q8_ROWS(q8_int4_avx2, Q8X86, w32_int4, dot_avx2, SCALE_FP16, 2, 16)
-Q8_ROWS(q8_mxfp4_avx2, Q8X86, w32_mxfp4, dot_avx2, SCALE_E8M0, 1, 16)
-Q8_ROWS(q8_int8_vnni, Q8VNNI, w32_int8, dot_vnni, SCALE_FP16, 2, 32)
-Q8_ROWS(q8_int4_vnni, Q8VNNI, w32_int4, dot_vnni, SCALE_FP16, 2, 16)
-Q8_ROWS(q8_mxfp4_vnni, Q8VNNI, w32_mxfp4, dot_vnni, SCALE_E8M0, 1, 16)
+Q8_ROWS(q8_int8_avx2, Q8X86, w32_int8, dot_avx2, SCALE_FP16, scales4_fp16, 2, 32)
+Q8_ROWS(q8_int4_avx2, Q8X86, w32_int4, dot_avx2_small, SCALE_FP16, scales4_fp16, 2, 16)
+Q8_ROWS(q8_mxfp4_avx2, Q8X86, w32_mxfp4, dot_avx2_small, SCALE_E8M0, scales4_e8m0, 1, 16)
+Q8_ROWS(q8_int8_vnni, Q8VNNI, w32_int8, dot_vnni, SCALE_FP16, scales4_fp16, 2, 32)
+Q8_ROWS(q8_int4_vnni, Q8VNNI, w32_int4, dot_vnni, SCALE_FP16, scales4_fp16, 2, 16)
+Q8_ROWS(q8_mxfp4_vnni, Q8VNNI, w32_mxfp4, dot_vnni, SCALE_E8M0, scales4_e8m0, 1, 16)
 
 static void rows_q8_avx2(const wm_mat *m, uint32_t r0, uint32_t r1, const int8_t *xq, const float *xd, float *y) {
     if (m->fmt == WF_INT8) q8_int8_avx2(m, r0, r1, xq, xd, y);
