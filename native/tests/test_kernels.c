@@ -183,7 +183,8 @@ static int kda_rows_agree(void) {
     return compared;
 }
 
-static uint8_t *random_matrix(int32_t fmt, uint32_t group, uint32_t rows, uint32_t n, int subnormal);
+enum { SCALES_DRAWN, SCALES_SUBNORMAL, SCALES_ANY_E8M0 };
+static uint8_t *random_matrix(int32_t fmt, uint32_t group, uint32_t rows, uint32_t n, int scales);
 
 /* The int8 row axpy of every set against the formula written out here (the weight, the
  * product, the sum, each rounded: volatile keeps them apart), on both int8 groups and on
@@ -194,7 +195,7 @@ static int axpy_rows_agree(void) {
     for (size_t gi = 0; gi < sizeof groups / sizeof groups[0]; gi++) {
         uint32_t group = groups[gi], n = 768;   /* a multiple of either group */
         for (int trial = 0; trial < 6; trial++) {
-            uint8_t *row = random_matrix(WF_INT8, group, 1, n, trial == 0);
+            uint8_t *row = random_matrix(WF_INT8, group, 1, n, trial == 0 ? SCALES_SUBNORMAL : SCALES_DRAWN);
             float y0[768], want[768], got[768], a = rndf();
             for (uint32_t j = 0; j < n; j++) y0[j] = rndf();
             const uint8_t *p = row;
@@ -275,8 +276,11 @@ static int exp_agrees(void) {
     return compared;
 }
 
-/* A random quantized matrix of `rows` rows (scales as in kernel_sets_agree, int8 q any byte). */
-static uint8_t *random_matrix(int32_t fmt, uint32_t group, uint32_t rows, uint32_t n, int subnormal) {
+/* A random quantized matrix of `rows` rows (scales as in kernel_sets_agree, int8 q any byte).
+ * SCALES_ANY_E8M0 draws MXFP4 exponents from every byte (huge, overflowing and the NaN 255),
+ * which the SIMD sets decode in registers rather than through wk_e8m0_half. */
+static uint8_t *random_matrix(int32_t fmt, uint32_t group, uint32_t rows, uint32_t n, int scales) {
+    const int subnormal = scales == SCALES_SUBNORMAL;
     uint64_t rb = wf_row_bytes(fmt, group, n);
     uint8_t *data = malloc(rb * rows);
     for (uint64_t i = 0; i < rb * rows; i++) data[i] = (uint8_t)rnd();
@@ -285,7 +289,7 @@ static uint8_t *random_matrix(int32_t fmt, uint32_t group, uint32_t rows, uint32
     for (uint32_t r = 0; r < rows; r++)
         for (uint32_t g = 0; g < n / gcols; g++) {
             uint8_t *p = data + r * rb + g * gbytes;
-            if (fmt == WF_MXFP4) p[0] = subnormal ? (uint8_t)(g % 2) : (uint8_t)(rnd() % 161);
+            if (fmt == WF_MXFP4) p[0] = subnormal ? (uint8_t)(g % 2) : scales == SCALES_ANY_E8M0 ? (uint8_t)rnd() : (uint8_t)(rnd() % 161);
             else {
                 uint16_t sc = (uint16_t)(rnd() & (subnormal ? 0x03FF : 0x7BFF));
                 memcpy(p, &sc, 2);
@@ -333,14 +337,15 @@ static int q8_path(void) {
             float *x = malloc(n * sizeof *x), *w = malloc(n * sizeof *w), *xd = malloc(n / 32 * sizeof *xd);
             int8_t *xq = malloc(n);
             for (int trial = 0; trial < 6; trial++) {
-                uint8_t *data = random_matrix(fmt, group, ROWS, n, trial == 0);
+                uint8_t *data = random_matrix(fmt, group, ROWS, n, trial == 0 ? SCALES_SUBNORMAL : trial == 2 ? SCALES_ANY_E8M0 : SCALES_DRAWN);
                 for (uint32_t i = 0; i < n; i++) x[i] = trial == 1 && i < 32 ? 0.0f : rndf();
                 wm_mat m = {fmt, group, ROWS, n, rb, data};
                 wk_quantize_q8(x, n, xq, xd);
                 float gen[ROWS], got[ROWS], y32[ROWS];
                 sets[0]->rows_q8(&m, 0, ROWS, xq, xd, gen);
-                for (uint32_t r = 0; r < ROWS; r++) {
-                    /* within the quantization error: |Σ w (x − x̂)| <= Σ |w| d/2, plus f32 rounding */
+                /* within the quantization error: |Σ w (x − x̂)| <= Σ |w| d/2, plus f32 rounding
+                 * (not with every E8M0 exponent, whose rows overflow: those only compare bits) */
+                for (uint32_t r = 0; r < ROWS && !(trial == 2 && fmt == WF_MXFP4); r++) {
                     wk_decode_row(&m, r, w);
                     double exact = 0.0, bound = 0.0;
                     for (uint32_t i = 0; i < n; i++) {
