@@ -262,6 +262,10 @@ Q8VNNI static inline __m256i dot_vnni(__m256i w, __m256i x, __m256i xa) {
     (void)xa;
     return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
 }
+/* dot_avx2_small's form: |x|·(w·sign x), one vpsignb a row (|w| ≤ 12: int4, mxfp4). */
+Q8VNNI static inline __m256i dot_vnni_small(__m256i w, __m256i x, __m256i xa) {
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), xa, _mm256_sign_epi8(w, x));
+}
 
 /* The scales of four rows (rb bytes apart) at one group offset as four f32 lanes: one
  * vcvtph2ps for the four, so that scale · xs is one vmulps giving the four scalar products. */
@@ -346,8 +350,8 @@ Q8_ROWS(q8_int8_avx2, Q8X86, w32_int8, dot_avx2, SCALE_FP16, scales4_fp16, 2, 32
 Q8_ROWS(q8_int4_avx2, Q8X86, w32_int4, dot_avx2_small, SCALE_FP16, scales4_fp16, 2, 16)
 Q8_ROWS(q8_mxfp4_avx2, Q8X86, w32_mxfp4, dot_avx2_small, SCALE_E8M0, scales4_e8m0, 1, 16)
 Q8_ROWS(q8_int8_vnni, Q8VNNI, w32_int8, dot_vnni, SCALE_FP16, scales4_fp16, 2, 32)
-Q8_ROWS(q8_int4_vnni, Q8VNNI, w32_int4, dot_vnni, SCALE_FP16, scales4_fp16, 2, 16)
-Q8_ROWS(q8_mxfp4_vnni, Q8VNNI, w32_mxfp4, dot_vnni, SCALE_E8M0, scales4_e8m0, 1, 16)
+Q8_ROWS(q8_int4_vnni, Q8VNNI, w32_int4, dot_vnni_small, SCALE_FP16, scales4_fp16, 2, 16)
+Q8_ROWS(q8_mxfp4_vnni, Q8VNNI, w32_mxfp4, dot_vnni_small, SCALE_E8M0, scales4_e8m0, 1, 16)
 
 static void rows_q8_avx2(const wm_mat *m, uint32_t r0, uint32_t r1, const int8_t *xq, const float *xd, float *y) {
     if (m->fmt == WF_INT8) q8_int8_avx2(m, r0, r1, xq, xd, y);
