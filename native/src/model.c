@@ -530,16 +530,64 @@ static void matvec(waste_ctx *ctx, const wm_mat *m, const float *x, float *y) {
 }
 
 /* ==== KDA ========================================================================== */
-/* The delta rule of heads [h0, h1) for one token, decay first. S: [d keys][d values]. Each
- * head owns its state, its output and its scratch (r, delta: [Hk][d]), so heads split over
- * the pool give the same bits at any thread count. Row i of S is decayed and read (r), then
+/* Heads [h0, h1) of one token: each head's inputs from its projections, then its delta
+ * rule, decay first. S: [d keys][d values]. Each head owns its channels of the projections
+ * and the conv state, its state, its output and its scratch (ea, r, delta: [Hk][d]), so heads
+ * split over the pool give the same bits at any thread count. Row i of S is decayed and read (r), then
  * updated and read (o), in one pass each: every r[j] and o[j] still sums its rows in
  * ascending i, and every S element sees the same operations as in four separate passes. */
 typedef struct {
     waste_ctx *ctx; const wm_layer *L; uint32_t l;
-    const float *q, *k, *v, *g, *beta, *z;
-    float *r, *delta, *y;
+    float *q, *k, *v, *g, *beta;   /* the projections, made the heads' inputs in place */
+    const float *z;
+    float *ea, *r, *delta, *y;     /* ea: [Hk][d] scratch of the decay gate */
 } kda_job;
+
+/* Head h's inputs from its projections, in place (docs/ENGINE.md §4.2.6): the short conv over
+ * the last K-1 pre-conv inputs plus the current one, then SiLU, on the head's channels of q, k
+ * and v; q and k L2-normalised, q scaled by 1/sqrt(d); the head's decay gate g; its beta
+ * through σ. Every element sees the same operations whichever worker takes the head. */
+static void kda_head_inputs(const kda_job *j, uint32_t h) {
+    waste_ctx *ctx = j->ctx;
+    const wc_config *c = &ctx->c.cfg;
+    const wm_layer *L = j->L;
+    uint32_t d = c->kda_dim, hd = c->kda_heads * d, K = c->conv_k, i0 = h * d, i1 = i0 + d;
+    float *p[3] = {j->q, j->k, j->v};
+    // conv state st: [3][hd][K-1] (oldest tap first), taps w: [hd][K]; the head's channels [i0, i1)
+    for (int ch = 0; ch < 3; ch++) {
+        float *st = ctx->conv[j->l] + (uint64_t)ch * hd * (K - 1);
+        const float *w = L->conv[ch];
+        for (uint32_t i = i0; i < i1; i++) {
+            float *sv = st + (uint64_t)i * (K - 1);
+            float u = 0.0f;
+            for (uint32_t t = 0; t + 1 < K; t++) u += w[(uint64_t)i * K + t] * sv[t];
+            u += w[(uint64_t)i * K + K - 1] * p[ch][i];
+            for (uint32_t t = 0; t + 2 < K; t++) sv[t] = sv[t + 1];
+            if (K > 1) sv[K - 2] = p[ch][i];
+            p[ch][i] = u;
+        }
+        sigmoid_n(ctx->k, p[ch] + i0, p[ch] + i0, d, 1);
+    }
+    float *q = j->q, *k = j->k, *g = j->g;
+    float qscale = 1.0f / sqrtf((float)d), sq = 0.0f, sk = 0.0f;
+    for (uint32_t i = i0; i < i1; i++) { sq += q[i] * q[i]; sk += k[i] * k[i]; }
+    float nq = sqrtf(sq + c->l2_eps), nk = sqrtf(sk + c->l2_eps);
+    for (uint32_t i = i0; i < i1; i++) { q[i] = q[i] / nq * qscale; k[i] = k[i] / nk; }
+    /* Per-channel decay gate, a = f_b(f_a x) + dt_bias: g = -exp(A_log[h]) * softplus(a), or
+     * with the lower bound λ (§4.2.6) g = λ * σ(exp(A_log[h]) * a), no softplus. */
+    if (c->lower_bound) {
+        for (uint32_t i = i0; i < i1; i++) g[i] = c->gate_lb * sigmoidf_(wn_expf(L->a_log[h]) * (g[i] + L->dt_bias[i]));
+    } else {
+        /* softplus(a) = log(1 + e^a) in f32, as the reference computes it; a > 20 passes
+         * through (§4.1). */
+        float *ea = j->ea;
+        for (uint32_t i = i0; i < i1; i++) g[i] = g[i] + L->dt_bias[i];
+        ctx->k->exp_f32(g + i0, ea + i0, d);
+        float A = wn_expf(L->a_log[h]);
+        for (uint32_t i = i0; i < i1; i++) g[i] = -A * (g[i] > 20.0f ? g[i] : wn_logf(1.0f + ea[i]));
+    }
+    j->beta[h] = sigmoidf_(j->beta[h]);
+}
 
 static void kda_heads(void *arg, uint32_t h0, uint32_t h1) {
     const kda_job *j = arg;
@@ -549,6 +597,7 @@ static void kda_heads(void *arg, uint32_t h0, uint32_t h1) {
     uint32_t d = c->kda_dim;
     // S: [Hk][d][d]; r, delta, y: [Hk][d]
     for (uint32_t h = h0; h < h1; h++) {
+        kda_head_inputs(j, h);
         float *S = ctx->S[j->l] + (uint64_t)h * d * d;
         const float *kh = j->k + h * d, *qh = j->q + h * d, *vh = j->v + h * d, *gh = j->g + h * d;
         float *r = j->r + h * d, *delta = j->delta + h * d, *o = j->y + h * d;
@@ -567,8 +616,8 @@ static void kda_heads(void *arg, uint32_t h0, uint32_t h1) {
 static void kda_step(waste_ctx *ctx, uint32_t l, const float *xn, float *out) {
     const wc_config *c = &ctx->c.cfg;
     const wm_layer *L = &ctx->layers[l];
-    uint32_t Hk = c->kda_heads, d = c->kda_dim, hd = Hk * d, K = c->conv_k;
-    float *p[3] = {ctx->buf[0], ctx->buf[1], ctx->buf[2]};   /* q, k, v: [hd] */
+    uint32_t Hk = c->kda_heads;
+    float *p[3] = {ctx->buf[0], ctx->buf[1], ctx->buf[2]};   /* q, k, v: [Hk·d] */
     float *fa = ctx->buf[3], *g = ctx->buf[4], *beta = ctx->buf[5], *z = ctx->buf[6], *y = ctx->buf[7];
     float *r = ctx->buf[8], *delta = ctx->buf[9];
     /* Every projection of xn in one fork-join: q, k, v, f_a, b_proj and the gate's first
@@ -581,57 +630,16 @@ static void kda_step(waste_ctx *ctx, uint32_t l, const float *xn, float *out) {
         float *ys[] = {p[0], p[1], p[2], fa, beta, c->kda_full_gate ? z : ga};
         matvec_many(ctx, 6, ms, xn, ys);
     }
-    /* Short conv over the last K-1 pre-conv inputs plus the current one, then SiLU. */
-    // conv state st: [3][hd][K-1] (oldest tap first), taps w: [hd][K]
-    for (int ch = 0; ch < 3; ch++) {
-        float *st = ctx->conv[l] + (uint64_t)ch * hd * (K - 1);
-        const float *w = L->conv[ch];
-        for (uint32_t i = 0; i < hd; i++) {
-            float *s = st + (uint64_t)i * (K - 1);
-            float u = 0.0f;
-            for (uint32_t j = 0; j + 1 < K; j++) u += w[(uint64_t)i * K + j] * s[j];
-            u += w[(uint64_t)i * K + K - 1] * p[ch][i];
-            for (uint32_t j = 0; j + 2 < K; j++) s[j] = s[j + 1];
-            if (K > 1) s[K - 2] = p[ch][i];
-            p[ch][i] = u;
-        }
-        sigmoid_n(ctx->k, p[ch], p[ch], hd, 1);
-    }
-    float *q = p[0], *k = p[1], *v = p[2];
-    float qscale = 1.0f / sqrtf((float)d);
-    // q, k: [Hk][d], L2-normalised per head
-    for (uint32_t h = 0; h < Hk; h++) {
-        float sq = 0.0f, sk = 0.0f;
-        for (uint32_t i = 0; i < d; i++) { sq += q[h * d + i] * q[h * d + i]; sk += k[h * d + i] * k[h * d + i]; }
-        float nq = sqrtf(sq + c->l2_eps), nk = sqrtf(sk + c->l2_eps);
-        for (uint32_t i = 0; i < d; i++) { q[h * d + i] = q[h * d + i] / nq * qscale; k[h * d + i] = k[h * d + i] / nk; }
-    }
-    /* Per-channel decay gate, a = f_b(f_a x) + dt_bias: g = -exp(A_log[h]) * softplus(a), or
-     * with the lower bound λ (docs/ENGINE.md §4.2.6) g = λ * σ(exp(A_log[h]) * a), no softplus. */
     // fa: [d] -> g: [hd], and (low-rank gate) ga: [d] -> z: [hd], in one fork-join; a_log: [Hk], dt_bias: [hd]
     {
         mv_item it[2] = {mv_item_of(ctx, &L->f_b, fa, g, 0)};
         if (!c->kda_full_gate) it[1] = mv_item_of(ctx, &L->g_b, ga, z, 1);
         matvec_items(ctx, c->kda_full_gate ? 1 : 2, it);
     }
-    if (c->lower_bound) {
-        for (uint32_t i = 0; i < hd; i++) g[i] = c->gate_lb * sigmoidf_(wn_expf(L->a_log[i / d]) * (g[i] + L->dt_bias[i]));
-    } else {
-        /* softplus(a) = log(1 + e^a) in f32, as the reference computes it; a > 20 passes
-         * through (§4.1). */
-        float *ea = ctx->buf[10];   /* e^a */
-        for (uint32_t i = 0; i < hd; i++) g[i] = g[i] + L->dt_bias[i];
-        ctx->k->exp_f32(g, ea, hd);
-        for (uint32_t h = 0; h < Hk; h++) {
-            float A = wn_expf(L->a_log[h]);
-            for (uint32_t i = h * d; i < (h + 1) * d; i++) g[i] = -A * (g[i] > 20.0f ? g[i] : wn_logf(1.0f + ea[i]));
-        }
-    }
-    // beta: [Hk]; z: [hd] (full-rank g_proj: [hd][H], or g_b·(g_a·xn), both done above)
-    for (uint32_t h = 0; h < Hk; h++) beta[h] = sigmoidf_(beta[h]);
-    /* Delta rule per head (kda_heads), the heads split over the pool. */
-    // r, delta: [Hk][d] (buf 8, 9 hold max_width ≥ Hk·d); y: [Hk][d] -> out: [H]
-    kda_job job = {ctx, L, l, q, k, v, g, beta, z, r, delta, y};
+    /* Per head (kda_heads), the heads split over the pool: its inputs (conv, SiLU, norms, gate,
+     * beta; kda_head_inputs), then the delta rule. */
+    // r, delta, ea: [Hk][d] (buf 8, 9, 10 hold max_width ≥ Hk·d); y: [Hk][d] -> out: [H]
+    kda_job job = {ctx, L, l, p[0], p[1], p[2], g, beta, z, ctx->buf[10], r, delta, y};
     if (Hk > 1 && wp_size(ctx->pool) > 1) wp_run(ctx->pool, Hk, kda_heads, &job);
     else kda_heads(&job, 0, Hk);
     matvec(ctx, &L->o_proj, y, out);
