@@ -4,7 +4,7 @@
  *
  * Usage: matvec_rate FMT GROUP HIDDEN MOE_INTER N_EXPERTS THREADS SECONDS [ACT]
  * ACT is f32 (the default: f32 activations, the reference path) or q8 (activations quantized
- * per 32 by wk_quantize_q8 once per matvec, as the engine's WASTE_ACT_Q8 does; the
+ * per 32 by the set's quantize_q8 once per matvec, as the engine's WASTE_ACT_Q8 does; the
  * quantization is inside the timed loop). Prints one JSON object. Each thread owns a fixed row range of every matrix (no barrier
  * per matvec), so this is the kernel's rate, an upper bound for the engine's fork-join. */
 #include <pthread.h>
@@ -88,7 +88,7 @@ static void *run(void *arg) {
             const float *x = w->cols == j->mats[0].cols ? j->x_h : j->x_i;
             uint32_t b = (uint32_t)((uint64_t)w->rows * j->t / j->n_threads);
             uint32_t e = (uint32_t)((uint64_t)w->rows * (j->t + 1) / j->n_threads);
-            if (j->q8) wk_quantize_q8(x, w->cols, j->xq, j->xd);
+            if (j->q8) j->k->quantize_q8(x, w->cols, j->xq, j->xd);
             wk_matvec_rows(j->k, w, b, e, x, j->q8 ? j->xq : NULL, j->xd, j->y);
             sink += j->y[b];
             flops += 2ull * (e - b) * w->cols;

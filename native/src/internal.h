@@ -133,6 +133,8 @@ typedef struct {
     /* y[j] = y[j] + a·x[j] for j < n: the product, then the sum, each rounded, never fused, so
      * every set gives the generic bits (MLA's context, a weighted sum of latents). */
     void (*axpy_f32)(float *y, float a, const float *x, uint32_t n);
+    /* wk_quantize_q8 (below), bit for bit: every set's q8 input is the generic's. */
+    void (*quantize_q8)(const float *x, uint32_t n, int8_t *xq, float *xd);
 } wk_kernels;
 /* Activations for WASTE_ACT_Q8, per block b of 32 (n a multiple of 32): a = max |x_i| of the
  * block, xd[b] = a / 127, xq_i = round-half-even(x_i · (127 / a)) (0 when a = 0); a block

@@ -248,6 +248,7 @@ static const wk_kernels generic_kernels = {
     "generic", wk_dot_f32_generic, wk_dot_bf16_generic, wk_dot_int8_generic, wk_dot_int4_generic,
     wk_dot_mxfp4_generic, wk_rows_f32act_generic, wk_rows_q8_generic,
     wk_decay_read_generic, wk_update_read_generic, wk_axpy_int8_generic, wk_exp_f32_generic, wk_axpy_f32_generic,
+    wk_quantize_q8,
 };
 
 #if defined(__x86_64__) || defined(__i386__)

@@ -525,15 +525,52 @@ AVX2 static void exp_f32_avx2(const float *x, float *y, uint32_t n) {
     for (; i < n; i++) y[i] = wn_expf(x[i]);
 }
 
+/* wk_quantize_q8 by eight lanes: the block max of |x| by vmaxps (every lane finite), then
+ * q = round-half-even(x · (127 / a)) by vroundps (nearbyintf's rounding in the default mode),
+ * packed to int8 in column order. A block holding a NaN or an infinity, or whose max is so
+ * small that 127 / a overflows, goes to the generic code, which handles those. */
+AVX2 static void quantize_q8_avx2(const float *x, uint32_t n, int8_t *xq, float *xd) {
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)), big = _mm256_set1_ps(3.40282347e38f);
+    const __m256 hi = _mm256_set1_ps(127.0f), lo = _mm256_set1_ps(-127.0f);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (uint32_t b = 0; b < n / 32; b++) {
+        const float *xb = x + 32 * b;
+        __m256 v[4], m = _mm256_setzero_ps();
+        int bad = 0;
+        for (int i = 0; i < 4; i++) {
+            v[i] = _mm256_loadu_ps(xb + 8 * i);
+            __m256 av = _mm256_and_ps(v[i], absmask);
+            bad |= _mm256_movemask_ps(_mm256_cmp_ps(av, big, _CMP_NLE_UQ));   /* NaN or > FLT_MAX */
+            m = _mm256_max_ps(m, av);
+        }
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        float a = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+        float inv = a > 0.0f ? 127.0f / a : 0.0f;
+        if (bad || inv > 3.40282347e38f) { wk_quantize_q8(xb, 32, xq + 32 * b, xd + b); continue; }
+        xd[b] = a / 127.0f;
+        const __m256 s = _mm256_set1_ps(inv);
+        __m256i q[4];
+        for (int i = 0; i < 4; i++) {
+            __m256 r = _mm256_round_ps(_mm256_mul_ps(v[i], s), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            q[i] = _mm256_cvtps_epi32(_mm256_max_ps(_mm256_min_ps(r, hi), lo));
+        }
+        __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+        _mm256_storeu_si256((__m256i *)(xq + 32 * b), _mm256_permutevar8x32_epi32(p, order));
+    }
+}
+
 const wk_kernels wk_avx2_kernels = {"avx2", dot_f32_avx2, dot_bf16_avx2, dot_int8_avx2, dot_int4_avx2, dot_mxfp4_avx2,
                                     rows_avx2, rows_q8_avx2, decay_read_avx2, update_read_avx2, axpy_int8_avx2,
-                                    exp_f32_avx2, axpy_f32_avx2};
+                                    exp_f32_avx2, axpy_f32_avx2, quantize_q8_avx2};
 const wk_kernels wk_avx512_kernels = {"avx512", dot_f32_avx512, dot_bf16_avx512, dot_int8_avx512, dot_int4_avx512,
                                       dot_mxfp4_avx512, rows_avx512, rows_q8_avx2, decay_read_avx512,
-                                      update_read_avx512, axpy_int8_avx512, exp_f32_avx2, axpy_f32_avx512};
+                                      update_read_avx512, axpy_int8_avx512, exp_f32_avx2, axpy_f32_avx512,
+                                      quantize_q8_avx2};
 /* AVX-512 with VNNI (and VL, BW): the same set, its q8 integer dots by vpdpbusd (exact, so
  * the same bits as the maddubs form). */
 const wk_kernels wk_avx512vnni_kernels = {"avx512", dot_f32_avx512, dot_bf16_avx512, dot_int8_avx512, dot_int4_avx512,
                                           dot_mxfp4_avx512, rows_avx512, rows_q8_vnni, decay_read_avx512,
-                                          update_read_avx512, axpy_int8_avx512, exp_f32_avx2, axpy_f32_avx512};
+                                          update_read_avx512, axpy_int8_avx512, exp_f32_avx2, axpy_f32_avx512,
+                                      quantize_q8_avx2};
 #endif

@@ -502,7 +502,7 @@ static void quantized_input(waste_ctx *ctx, uint32_t n, const wm_mat *const *ms,
     if (!q8) return;
     int8_t *q = ctx->xq + (uint64_t)qi * ctx->maxw;
     float *d = ctx->xd + (uint64_t)qi * (ctx->maxw / 32 + 1);
-    wk_quantize_q8(x, ms[0]->cols, q, d);
+    ctx->k->quantize_q8(x, ms[0]->cols, q, d);
     *xq = q; *xd = d;
 }
 
@@ -801,7 +801,7 @@ static void ffn_wave(waste_ctx *ctx, ffn_task *t, uint32_t n) {
         if (q8 && i > 0 && t[i - 1].x == t[i].x && t[i - 1].xq) { t[i].xq = t[i - 1].xq; t[i].xd = t[i - 1].xd; }
         else if (q8) {
             int8_t *xq = t[i].gq + fw; float *xd = t[i].gd + fw / 32 + 1;
-            wk_quantize_q8(t[i].x, t[i].gate->cols, xq, xd);
+            ctx->k->quantize_q8(t[i].x, t[i].gate->cols, xq, xd);
             t[i].xq = xq; t[i].xd = xd;
         } else { t[i].xq = NULL; t[i].xd = NULL; }
         j.start[i + 1] = j.start[i] + t[i].gate->rows;
@@ -810,7 +810,7 @@ static void ffn_wave(waste_ctx *ctx, ffn_task *t, uint32_t n) {
     fork_join(ctx, j.start[n], work, ffn_gate_up_rows, &j);
     work = 0;
     for (uint32_t i = 0; i < n; i++) {
-        if (meets_q8(ctx, t[i].down)) wk_quantize_q8(t[i].g, t[i].down->cols, t[i].gq, t[i].gd);
+        if (meets_q8(ctx, t[i].down)) ctx->k->quantize_q8(t[i].g, t[i].down->cols, t[i].gq, t[i].gd);
         else { t[i].gq = NULL; t[i].gd = NULL; }
         j.start[i + 1] = j.start[i] + t[i].down->rows;
         work += (uint64_t)t[i].down->rows * t[i].down->cols;

@@ -276,6 +276,49 @@ static int exp_agrees(void) {
     return compared;
 }
 
+/* quantize_q8 of every set against wk_quantize_q8, bit for bit (q and d): blocks of random
+ * floats, of random bit patterns (NaN, ±inf, subnormals among them), all zero (±0), with a
+ * subnormal maximum (127 / a overflows), with values on exact halves of a step (x·127/a =
+ * k + 0.5, which round half to even decides), and one NaN or infinity in a finite block. */
+static int quantize_agrees(void) {
+    enum { NB = 64, N = NB * 32 };
+    static float x[N], dw[NB], dg[NB];
+    static int8_t qw[N], qg[N];
+    int compared = 0;
+    for (int trial = 0; trial < 30; trial++) {
+        for (uint32_t b = 0; b < NB; b++) {
+            float *xb = x + 32 * b;
+            int kind = (int)((b + (uint32_t)trial) % 6);
+            for (int i = 0; i < 32; i++) {
+                if (kind == 0) xb[i] = rndf() * ldexpf(1.0f, (int)(rnd() % 40) - 20);
+                else if (kind == 1) { uint32_t v = rnd(); memcpy(&xb[i], &v, 4); }
+                else if (kind == 2) xb[i] = (rnd() & 1) ? -0.0f : 0.0f;
+                else if (kind == 3) xb[i] = ldexpf(rndf(), -130 - (int)(rnd() % 16));
+                else if (kind == 4) xb[i] = i == 0 ? 127.0f : (float)((int)(rnd() % 254) - 127) + 0.5f;
+                else xb[i] = rndf();
+            }
+            if (kind == 5) xb[rnd() % 32] = (rnd() & 1) ? NAN : -INFINITY;
+            if (kind == 5 && trial % 3 == 0) xb[rnd() % 32] = 3.0f;   /* sometimes finite again: the NaN stays */
+        }
+        wk_quantize_q8(x, N, qw, dw);
+        for (int si = 0; si < 3; si++) {
+            if (!sets[si]) continue;
+            memset(qg, 0x55, sizeof qg);
+            sets[si]->quantize_q8(x, N, qg, dg);
+            for (uint32_t b = 0; b < NB; b++) {
+                int same = memcmp(qg + 32 * b, qw + 32 * b, 32) == 0 && memcmp(&dg[b], &dw[b], 4) == 0;
+                if (!same) {
+                    printf("FAIL: %s quantize_q8 trial %d block %u: d %a vs generic %a\n", sets[si]->name, trial, b,
+                           (double)dg[b], (double)dw[b]);
+                    failures++;
+                }
+            }
+            compared += NB;
+        }
+    }
+    return compared;
+}
+
 /* A random quantized matrix of `rows` rows (scales as in kernel_sets_agree, int8 q any byte).
  * SCALES_ANY_E8M0 draws MXFP4 exponents from every byte (huge, overflowing and the NaN 255),
  * which the SIMD sets decode in registers rather than through wk_e8m0_half. */
@@ -396,6 +439,7 @@ int main(void) {
     printf("test_kernels: %d int8 row axpy calls compared with the formula\n", axpy_rows_agree());
     printf("test_kernels: %d exp_f32 values compared with wn_expf\n", exp_agrees());
     printf("test_kernels: %d f32 axpy calls compared with the formula\n", axpy_f32_agrees());
+    printf("test_kernels: %d q8 activation blocks compared with the generic quantizer\n", quantize_agrees());
     printf("test_kernels: %d q8 rows compared with generic\n", compared_q8);
     printf("test_kernels: int4/mxfp4 decode tables checked; %d SIMD dot products compared with generic (%s%s)\n", compared,
            sets[1] ? "avx2" : "no avx2", sets[2] ? ", avx512" : ", no avx512");
