@@ -2,6 +2,7 @@
  * and chosen at runtime (kernels.c). Lane l of the 16 partial sums holds elements
  * i ≡ l (mod 16), exactly as the generic kernels, and the same wk_reduce16 tree finishes,
  * so results are bit-identical to generic C. */
+#include <math.h>
 #include <string.h>
 
 #include "internal.h"
@@ -547,7 +548,7 @@ AVX2 static void quantize_q8_avx2(const float *x, uint32_t n, int8_t *xq, float 
         m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
         float a = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
         float inv = a > 0.0f ? 127.0f / a : 0.0f;
-        if (bad || inv > 3.40282347e38f) { wk_quantize_q8(xb, 32, xq + 32 * b, xd + b); continue; }
+        if (bad || isinf(inv)) { wk_quantize_q8(xb, 32, xq + 32 * b, xd + b); continue; }
         xd[b] = a / 127.0f;
         const __m256 s = _mm256_set1_ps(inv);
         __m256i q[4];
@@ -572,5 +573,5 @@ const wk_kernels wk_avx512_kernels = {"avx512", dot_f32_avx512, dot_bf16_avx512,
 const wk_kernels wk_avx512vnni_kernels = {"avx512", dot_f32_avx512, dot_bf16_avx512, dot_int8_avx512, dot_int4_avx512,
                                           dot_mxfp4_avx512, rows_avx512, rows_q8_vnni, decay_read_avx512,
                                           update_read_avx512, axpy_int8_avx512, exp_f32_avx2, axpy_f32_avx512,
-                                      quantize_q8_avx2};
+                                          quantize_q8_avx2};
 #endif

@@ -532,10 +532,11 @@ static void matvec(waste_ctx *ctx, const wm_mat *m, const float *x, float *y) {
 /* ==== KDA ========================================================================== */
 /* Heads [h0, h1) of one token: each head's inputs from its projections, then its delta
  * rule, decay first. S: [d keys][d values]. Each head owns its channels of the projections
- * and the conv state, its state, its output and its scratch (ea, r, delta: [Hk][d]), so heads
- * split over the pool give the same bits at any thread count. Row i of S is decayed and read (r), then
- * updated and read (o), in one pass each: every r[j] and o[j] still sums its rows in
- * ascending i, and every S element sees the same operations as in four separate passes. */
+ * and the conv state, its state, its output and its scratch (ea, r, delta: [Hk][d]), so
+ * heads split over the pool give the same bits at any thread count. Row i of S is decayed
+ * and read (r), then updated and read (o), in one pass each: every r[j] and o[j] still sums
+ * its rows in ascending i, and every S element sees the same operations as in four separate
+ * passes. */
 typedef struct {
     waste_ctx *ctx; const wm_layer *L; uint32_t l;
     float *q, *k, *v, *g, *beta;   /* the projections, made the heads' inputs in place */
@@ -575,15 +576,15 @@ static void kda_head_inputs(const kda_job *j, uint32_t h) {
     for (uint32_t i = i0; i < i1; i++) { q[i] = q[i] / nq * qscale; k[i] = k[i] / nk; }
     /* Per-channel decay gate, a = f_b(f_a x) + dt_bias: g = -exp(A_log[h]) * softplus(a), or
      * with the lower bound λ (§4.2.6) g = λ * σ(exp(A_log[h]) * a), no softplus. */
+    float A = wn_expf(L->a_log[h]);
     if (c->lower_bound) {
-        for (uint32_t i = i0; i < i1; i++) g[i] = c->gate_lb * sigmoidf_(wn_expf(L->a_log[h]) * (g[i] + L->dt_bias[i]));
+        for (uint32_t i = i0; i < i1; i++) g[i] = c->gate_lb * sigmoidf_(A * (g[i] + L->dt_bias[i]));
     } else {
         /* softplus(a) = log(1 + e^a) in f32, as the reference computes it; a > 20 passes
          * through (§4.1). */
         float *ea = j->ea;
         for (uint32_t i = i0; i < i1; i++) g[i] = g[i] + L->dt_bias[i];
         ctx->k->exp_f32(g + i0, ea + i0, d);
-        float A = wn_expf(L->a_log[h]);
         for (uint32_t i = i0; i < i1; i++) g[i] = -A * (g[i] > 20.0f ? g[i] : wn_logf(1.0f + ea[i]));
     }
     j->beta[h] = sigmoidf_(j->beta[h]);
