@@ -3,8 +3,9 @@
 ``.venv/bin/python bench/policy_sim.py TRACE [--slots 250] [--skip-tokens 16]`` with TRACE a
 routing trace from ``bench/bench_oracle.py --out DIR --depth --tokens 400 --keep-trace TRACE``
 (record only; bench/oracle_prefetch.patch's
-format: per decode MoE layer one row of int32, the bank then WE_REQS/2 = 64 expert ids, the
-selected ones ascending, -1 after them). Each policy sees the layers in order, pins the
+format: per decode MoE layer one row of int32, the bank then WE_REQS/2 expert ids, the
+selected ones ascending, -1 after them; WE_REQS is read from native/src/engine.h, as the patch
+compiles against it). Each policy sees the layers in order, pins the
 layer's selected experts until the layer ends (as the engine's fetch window does), and reads
 no guesses. Prints the hit rate over the tokens after the first ``--skip-tokens`` (the
 bench's prompt and warm-up) for:
@@ -23,17 +24,34 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from pathlib import Path
 from typing import Callable
 
 import attrs
 import numpy as np
 
-ROW = 1 + 64  # bank, then WE_REQS / 2 expert ids
+ENGINE_H = Path(__file__).resolve().parent.parent / "native" / "src" / "engine.h"
+
+
+def trace_row_ints(engine_h: Path = ENGINE_H) -> int:
+    """A trace row's int32 count: the bank, then WE_REQS / 2 expert ids (the patch's oracle_row)."""
+    m = re.search(r"^#define WE_REQS (\d+)\b", engine_h.read_text(), re.MULTILINE)
+    if m is None:
+        raise SystemExit(f"{engine_h}: no '#define WE_REQS N' (the trace's row width comes from it)")
+    return 1 + int(m.group(1)) // 2
+
+
+ROW = trace_row_ints()
 
 
 def load(path: Path) -> tuple[list[tuple[int, list[int]]], int, int]:
-    rows = np.fromfile(path, dtype=np.int32).reshape(-1, ROW)
+    data = np.fromfile(path, dtype=np.int32)
+    if data.size == 0 or data.size % ROW:
+        raise SystemExit(f"{path}: {data.size * 4} bytes is not a whole number of {ROW * 4}-byte "
+                         f"rows (bank + WE_REQS/2 ids, WE_REQS from {ENGINE_H.name}): "
+                         "a trace recorded by another engine build?")
+    rows = data.reshape(-1, ROW)
     seq = [(int(r[0]), [int(x) for x in r[1:] if x >= 0]) for r in rows]
     n_banks = max(b for b, _ in seq) + 1
     n_experts = max(max(s) for _, s in seq if s) + 1

@@ -59,3 +59,17 @@ def test_policy_sim_known_answers(tmp_path):
     assert sim.replay(seq, 1, 3, 3, 3, sim.lfu_victim) == 1.0   # everything fits
     # locality: a loop of period 3 never repeats an expert on the next token
     assert sim.locality(seq, 1, 3, 0)[0] == 0.0
+
+
+def test_policy_sim_row_follows_the_engine(tmp_path):
+    """The trace's row width is the patch's oracle_row (bank + WE_REQS/2 ids) read from the
+    engine's header, so a changed WE_REQS changes it; a trace of another width is refused."""
+    sim = _policy_sim()
+    header = tmp_path / "engine.h"
+    header.write_text("#define WE_REQS 32  /* reads */\n")
+    assert sim.trace_row_ints(header) == 17
+    assert sim.ROW == sim.trace_row_ints()
+    bad = tmp_path / "bad.bin"
+    np.full(sim.ROW + 1, -1, np.int32).tofile(bad)
+    with pytest.raises(SystemExit, match="not a whole number"):
+        sim.load(bad)
