@@ -25,11 +25,15 @@ from __future__ import annotations
 import argparse
 import math
 import re
+import sys
 from pathlib import Path
 from typing import Callable
 
 import attrs
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from routing_predictability import independent_locality, usage_locality  # noqa: E402
 
 ENGINE_H = Path(__file__).resolve().parent.parent / "native" / "src" / "engine.h"
 
@@ -169,10 +173,9 @@ def locality(seq, n_banks: int, n_experts: int, skip_tokens: int) -> tuple[float
     used = np.zeros((tokens, n_banks, n_experts), bool)
     for pos, (bank, sel) in enumerate(seq[:tokens * n_banks]):
         used[pos // n_banks, bank, sel] = True
-    used = used[skip_tokens:]
-    rate = used.mean(0)
-    cond = (used[1:] & used[:-1]).sum() / max(used[:-1].sum(), 1)
-    return float(cond), float((rate * rate).sum() / max(rate.sum(), 1e-30))
+    # every (layer, expert) pair a column: locality pooled over all layers
+    used = used[skip_tokens:].reshape(len(used) - skip_tokens, -1)
+    return usage_locality([used]), independent_locality(used.mean(0))
 
 
 def main() -> None:

@@ -75,28 +75,37 @@ def chance_overlap(top_k: int, n_experts: int) -> float:
     return top_k / n_experts
 
 
-def expert_rates(selections: np.ndarray, n_experts: int) -> np.ndarray:
-    """p_e: the fraction of tokens that use expert e ([T, top_k] ids in)."""
+def usage(selections: np.ndarray, n_experts: int) -> np.ndarray:
+    """[T, n_experts] booleans: does token t use expert e ([T, top_k] ids in)."""
     selections = np.asarray(selections)
     used = np.zeros((selections.shape[0], n_experts), dtype=bool)
     np.put_along_axis(used, selections, True, axis=1)
-    return used.mean(axis=0)
+    return used
+
+
+def expert_rates(selections: np.ndarray, n_experts: int) -> np.ndarray:
+    """p_e: the fraction of tokens that use expert e ([T, top_k] ids in)."""
+    return usage(selections, n_experts).mean(axis=0)
+
+
+def usage_locality(sequences: list[np.ndarray]) -> float:
+    """P(column e used by row t+1 | e used by row t), pooled over every used (t, e) of every
+    [T, E] boolean matrix (the next row never crosses into another matrix). The columns may
+    be experts of one layer or (layer, expert) pairs, as bench/policy_sim.py pools them."""
+    repeats, uses = 0, 0
+    for used in sequences:
+        if len(used) < 2:
+            continue
+        repeats += int((used[:-1] & used[1:]).sum())
+        uses += int(used[:-1].sum())
+    return repeats / uses if uses else float("nan")
 
 
 def temporal_locality(sequences: list[np.ndarray], n_experts: int) -> float:
     """P(expert e used by token t+1 | e used by token t), pooled over every (t, e in S_t) of
-    every sequence (the next token never crosses into another sequence). With a constant
-    top_k this is also the hit rate of guessing token t+1's experts as token t's."""
-    repeats, uses = 0, 0
-    for seq in sequences:
-        seq = np.asarray(seq)
-        if len(seq) < 2:
-            continue
-        used = np.zeros((len(seq), n_experts), dtype=bool)
-        np.put_along_axis(used, seq, True, axis=1)
-        repeats += int((used[:-1] & used[1:]).sum())
-        uses += int(used[:-1].sum())
-    return repeats / uses if uses else float("nan")
+    every sequence ([T, top_k] ids each; the next token never crosses into another sequence).
+    With a constant top_k this is also the hit rate of guessing token t+1's experts as token t's."""
+    return usage_locality([usage(seq, n_experts) for seq in sequences])
 
 
 def independent_locality(rates: np.ndarray) -> float:
@@ -311,9 +320,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ids-file", type=Path, help="JSON list of ids, or a list of such lists")
     args = parser.parse_args(argv)
 
-    import torch
-
-    torch.manual_seed(args.seed)
     t0 = time.monotonic()
     if args.ids_file:
         data = json.loads(args.ids_file.read_text())
